@@ -1,0 +1,309 @@
+"""The evidence bundle (DESIGN §4, format 1): reading, writing, and safe unpacking.
+
+A bundle is a directory — or a `.tar.gz` of one — holding `bundle.yaml` and raw evidence files,
+each optionally beside `F.rc` (exit status) and `F.err` (standard error). Reading never guesses:
+a missing file is "not collected".
+
+Unpacking a `.tar.gz` refuses absolute names, `..`, links and devices, and bounds the unpacked
+size (a decompression bomb stops with a BundleError, nothing written outside the target).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import tarfile
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import yaml
+
+from runbook.errors import BundleError
+from runbook.transports.base import CommandResult
+
+FORMAT = 1
+MAX_UNPACKED_BYTES = 4 * 1024**3
+MAX_MEMBERS = 20000
+
+
+def safe_member_name(name: str) -> PurePosixPath:
+    """A bundle-relative path, or BundleError for anything that could escape the bundle."""
+    path = PurePosixPath(name)
+    if not name or path.is_absolute() or ".." in path.parts or "\\" in name or "\0" in name:
+        raise BundleError(f"unsafe path in bundle: {name!r}")
+    return path
+
+
+@dataclass(frozen=True)
+class BundleMeta:
+    node: str
+    collected_at: str
+    format: int = FORMAT
+    pod: str | None = None
+    namespace: str | None = None
+    ranks: int | None = None
+    page_size: int = 4096
+    labels: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_yaml(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "format": self.format,
+            "node": self.node,
+            "collected_at": self.collected_at,
+        }
+        for key in ("pod", "namespace", "ranks"):
+            if getattr(self, key) is not None:
+                data[key] = getattr(self, key)
+        if self.page_size != 4096:
+            data["page_size"] = self.page_size
+        if self.labels:
+            data["labels"] = dict(self.labels)
+        data.update(self.extra)
+        return data
+
+
+def parse_meta(text: str, source: str = "bundle.yaml") -> BundleMeta:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise BundleError(f"{source}: not YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(data, dict):
+        raise BundleError(f"{source}: expected a mapping")
+    if data.get("format") != FORMAT:
+        raise BundleError(f"{source}: unknown bundle format {data.get('format')!r} (expected 1)")
+    known = {"format", "node", "collected_at", "pod", "namespace", "ranks", "page_size", "labels"}
+    page_size = data.get("page_size", 4096)
+    if not isinstance(page_size, int) or page_size <= 0:
+        raise BundleError(f"{source}: page_size must be a positive integer")
+    labels = data.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise BundleError(f"{source}: labels must be a mapping")
+    collected_at = data.get("collected_at", "")
+    if isinstance(collected_at, dt.datetime | dt.date):
+        collected_at = collected_at.isoformat()
+    return BundleMeta(
+        node=str(data.get("node") or "unknown"),
+        collected_at=str(collected_at),
+        pod=None if data.get("pod") is None else str(data["pod"]),
+        namespace=None if data.get("namespace") is None else str(data["namespace"]),
+        ranks=data.get("ranks") if isinstance(data.get("ranks"), int) else None,
+        page_size=page_size,
+        labels={str(k): str(v) for k, v in labels.items()},
+        extra={k: v for k, v in data.items() if k not in known},
+    )
+
+
+class Bundle:
+    """A bundle directory opened for reading (a `.tar.gz` is unpacked to a private temp dir)."""
+
+    def __init__(self, root: Path, meta: BundleMeta, cleanup: tempfile.TemporaryDirectory[str] | None):
+        self.root = root
+        self.meta = meta
+        self._cleanup = cleanup
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> Bundle:
+        source = Path(path)
+        cleanup = None
+        if source.is_file() and (source.name.endswith((".tar.gz", ".tgz"))):
+            cleanup = tempfile.TemporaryDirectory(prefix="runbook-bundle-")
+            try:
+                root = unpack(source, Path(cleanup.name))
+            except BaseException:
+                cleanup.cleanup()
+                raise
+        elif source.is_dir():
+            root = source
+        elif not source.exists():
+            raise BundleError(f"{source}: no such bundle")
+        else:
+            raise BundleError(f"{source}: not a bundle directory or .tar.gz")
+        meta_path = root / "bundle.yaml"
+        if not meta_path.is_file():
+            if cleanup:
+                cleanup.cleanup()
+            raise BundleError(f"{source}: not a bundle (no bundle.yaml)")
+        try:
+            meta = parse_meta(meta_path.read_text(encoding="utf-8", errors="replace"))
+        except BundleError:
+            if cleanup:
+                cleanup.cleanup()
+            raise
+        return cls(root, meta, cleanup)
+
+    def _path(self, name: str) -> Path:
+        path = self.root.joinpath(*safe_member_name(name).parts)
+        resolved = path.resolve()
+        if not resolved.is_relative_to(self.root.resolve()):
+            raise BundleError(f"bundle file {name!r} points outside the bundle")
+        return path
+
+    def read(self, name: str, command: str = "") -> CommandResult:
+        """The evidence file `name` as a CommandResult (collected=False when absent)."""
+        try:
+            path = self._path(name)
+        except BundleError as exc:
+            return CommandResult(name, command, collected=False, error=str(exc))
+        if not path.is_file():
+            return CommandResult(name, command, collected=False)
+        stdout = path.read_bytes().decode("utf-8", errors="replace")
+        stderr = ""
+        err_path = path.with_name(path.name + ".err")
+        if err_path.is_file():
+            stderr = err_path.read_bytes().decode("utf-8", errors="replace")
+        exited = 0
+        rc_path = path.with_name(path.name + ".rc")
+        if rc_path.is_file():
+            text = rc_path.read_text(errors="replace").strip()
+            exited = int(text) if text.lstrip("-").isdigit() else 0
+        return CommandResult(name, command, stdout=stdout, stderr=stderr, exited=exited)
+
+    def read_multi(self, pattern: str, command: str = "") -> CommandResult:
+        """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
+        format that the live probe prints, so both split the same way."""
+        safe_member_name(pattern)
+        matches = sorted(p for p in self.root.glob(pattern) if p.is_file() and p.suffix not in (".rc", ".err"))
+        if not matches:
+            return CommandResult(pattern, command, collected=False)
+        parts = []
+        for path in matches:
+            rel = path.relative_to(self.root).as_posix()
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            parts.append(f"==> {rel} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n"))
+        return CommandResult(pattern, command, stdout="\n".join(parts), exited=0)
+
+    def names(self) -> list[str]:
+        """Every evidence file in the bundle (not bundle.yaml, .rc or .err)."""
+        found = []
+        for path in sorted(self.root.rglob("*")):
+            if not path.is_file() or path.name == "bundle.yaml" and path.parent == self.root:
+                continue
+            if path.suffix in (".rc", ".err"):
+                continue
+            found.append(path.relative_to(self.root).as_posix())
+        return found
+
+    def close(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup.cleanup()
+            self._cleanup = None
+
+
+def unpack(archive: Path, target: Path) -> Path:
+    """Unpack a bundle archive safely into `target`; returns the bundle root inside it."""
+    total = 0
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = []
+            for count, member in enumerate(tar, start=1):
+                if count > MAX_MEMBERS:
+                    raise BundleError(f"{archive}: more than {MAX_MEMBERS} files")
+                safe_member_name(member.name.rstrip("/"))
+                if not (member.isfile() or member.isdir()):
+                    raise BundleError(f"{archive}: {member.name!r} is not a plain file")
+                total += member.size
+                if total > MAX_UNPACKED_BYTES:
+                    raise BundleError(f"{archive}: unpacks to more than {MAX_UNPACKED_BYTES} bytes")
+                members.append(member)
+            tar.extractall(target, members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BundleError(f"{archive}: unreadable archive: {exc}") from None
+    if (target / "bundle.yaml").is_file():
+        return target
+    entries = [p for p in target.iterdir() if p.is_dir()]
+    if len(entries) == 1 and (entries[0] / "bundle.yaml").is_file():
+        return entries[0]
+    return target
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+_HEADER = re.compile(r"^==> (.+) <==$")
+
+
+def is_multi(name: str) -> bool:
+    """A probe whose name holds `*` collects several files (`app/*.log`): its output is in
+    the `tail -v`/`head -v` format, one `==> PATH <==` header per file."""
+    return "*" in name
+
+
+def split_multi(result: CommandResult) -> list[CommandResult]:
+    """A multi-file probe's output as one result per file, named `DIR/BASENAME` after the
+    probe's directory (`app/*.log` + `==> /var/log/train/rank-3.log <==` → `app/rank-3.log`)."""
+    directory = PurePosixPath(result.name).parent
+    files: list[tuple[str, list[str]]] = []
+    for line in result.stdout.splitlines(keepends=True):
+        match = _HEADER.match(line.rstrip("\n"))
+        if match:
+            base = PurePosixPath(match.group(1).strip()).name or "unnamed"
+            files.append((str(directory / base) if str(directory) != "." else base, []))
+        elif files:
+            files[-1][1].append(line)
+        elif line.strip():
+            files.append((result.name.replace("*", "output"), [line]))
+    split = []
+    for name, lines in files:
+        text = "".join(lines)
+        if text.endswith("\n\n"):  # tail -v separates files with one blank line
+            text = text[:-1]
+        try:
+            safe_member_name(name)
+        except BundleError:
+            continue
+        split.append(CommandResult(name, result.command, stdout=text, exited=result.exited,
+                                   duration=result.duration, truncated=result.truncated))
+    return split
+
+
+def write_result(root: Path, result: CommandResult) -> None:
+    """One evidence file plus its `.rc` and (non-empty) `.err`, as DESIGN §4 lays out."""
+    if not result.collected:
+        return
+    path = root.joinpath(*safe_member_name(result.name).parts)
+    _atomic_write(path, result.stdout.encode("utf-8", errors="replace"))
+    rc = "timeout" if result.timed_out else ("" if result.exited is None else str(result.exited))
+    _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
+    err = result.stderr
+    if result.failure and result.failure not in err:
+        err = (err + ("\n" if err and not err.endswith("\n") else "") + f"runbook: {result.failure}\n")
+    if err:
+        _atomic_write(path.with_name(path.name + ".err"), err.encode("utf-8", errors="replace"))
+
+
+def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult]) -> Path:
+    """Write a bundle directory; bundle.yaml last, so a crash leaves no half bundle that looks
+    whole."""
+    root.mkdir(parents=True, exist_ok=True)
+    for result in results:
+        write_result(root, result)
+    _atomic_write(root / "bundle.yaml", yaml.safe_dump(meta.to_yaml(), sort_keys=False).encode())
+    return root
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def context_of(meta: BundleMeta) -> Mapping[str, Any]:
+    return {"node": meta.node, "collected_at": meta.collected_at, "page_size": meta.page_size,
+            "labels": meta.labels, "pod": meta.pod, "namespace": meta.namespace}

@@ -1,0 +1,344 @@
+"""The `runbook` command line: parse flags, call the library, render. Nothing else.
+
+Exit codes: 0 the command ran (whatever it found), 2 usage or bad input, 3 the target is
+unreachable or refused (host key, authentication), 130 interrupted. Every error is one line on
+stderr; a traceback reaching a user is a bug (`--debug` shows it).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import secrets
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from runbook import __version__
+from runbook.errors import RunbookError, UsageError
+
+log = logging.getLogger("runbook")
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_VAR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+
+
+def parse_vars(items: Sequence[str]) -> dict[str, Any]:
+    """`--var k=v`: integers and decimals are typed, everything else stays a string (no YAML
+    guessing: `--var flag=no` must not become False)."""
+    result: dict[str, Any] = {}
+    for item in items:
+        match = _VAR.match(item)
+        if not match:
+            raise UsageError(f"--var {item!r}: expected NAME=VALUE with NAME an identifier")
+        name, value = match.groups()
+        if re.fullmatch(r"-?\d+", value):
+            result[name] = int(value)
+        elif re.fullmatch(r"-?\d+\.\d+", value):
+            result[name] = float(value)
+        else:
+            result[name] = value
+    return result
+
+
+def state_dir() -> Path:
+    env = os.environ.get("RUNBOOK_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "nccl-runbook"
+
+
+def _new_run_dir(runbook_id: str, root: Path | None) -> Path:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return (root or state_dir() / "runs") / f"{stamp}-{runbook_id}-{secrets.token_hex(3)}"
+
+
+def target_options(func: F) -> F:
+    """Flags shared by every command that opens a target."""
+    decorators = [
+        click.option("--identity", "-i", "identities", multiple=True, type=click.Path(dir_okay=False),
+                     help="SSH private key (repeatable); default: the agent and ~/.ssh keys."),
+        click.option("--known-hosts", type=click.Path(dir_okay=False),
+                     help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
+        click.option("--accept-new-host-keys", is_flag=True,
+                     help="Trust and record a host key seen for the first time (a changed key "
+                          "is still refused)."),
+        click.option("--jump", metavar="[USER@]HOST[:PORT]", help="SSH bastion to reach the target through."),
+        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+                     help="Seconds to connect and authenticate."),
+        click.option("--nsenter", type=click.IntRange(min=1), is_flag=False, flag_value=1, default=None,
+                     metavar="[PID]", help="Run every command inside PID's namespaces "
+                     "(nsenter --target PID --mount --uts --ipc --net --pid); --nsenter alone means PID 1."),
+        click.option("--kubectl", default="kubectl", show_default=True, help="kubectl binary for kubectl:// targets."),
+        click.option("--context", "kube_context", help="kubectl context for kubectl:// targets."),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def _open(target: str, kw: dict[str, Any]) -> Any:
+    from runbook.targets import TargetOptions, open_target
+
+    options = TargetOptions(
+        identities=tuple(Path(p) for p in kw.pop("identities", ()) or ()),
+        known_hosts=Path(kw["known_hosts"]) if kw.get("known_hosts") else None,
+        accept_new_host_keys=kw.pop("accept_new_host_keys", False),
+        jump=kw.pop("jump", None),
+        connect_timeout=kw.pop("connect_timeout", 10.0),
+        nsenter=kw.pop("nsenter", None),
+        kubectl=kw.pop("kubectl", "kubectl"),
+        kube_context=kw.pop("kube_context", None),
+    )
+    kw.pop("known_hosts", None)
+    return open_target(target, options)
+
+
+def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """For a replayed bundle: its node name and context, and its pod/namespace as defaults of
+    the variables of the same names (what the collector was told)."""
+    from runbook.bundle import context_of
+    from runbook.transports.replay import ReplayTransport
+
+    if isinstance(transport, ReplayTransport):
+        meta = transport.bundle.meta
+        for key in ("pod", "namespace"):
+            if getattr(meta, key) and key not in variables:
+                variables[key] = getattr(meta, key)
+        return meta.node, dict(context_of(meta))
+    return None, {}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="runbook")
+@click.option("--debug", is_flag=True, help="Log debug detail and show tracebacks.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Decision-tree runbooks for failed NCCL/GPU training jobs.
+
+    Walks first application error → rank lifecycle → cgroup memory → NVIDIA/kernel logs →
+    GPU and PCIe → SHM/P2P → RDMA/Socket → nccl-tests on a node, names the earliest anomaly,
+    and proposes fixes that run only after a human approves.
+
+    \b
+    Start with:  runbook demo
+    """
+    ctx.obj = {"debug": debug}
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    # paramiko logs a traceback for each failed banner; our errors say it in one line
+    logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL)
+
+
+@cli.command()
+@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.option("--target", "-t", required=True,
+              help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | replay://BUNDLE")
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE", help="Set a runbook variable (repeatable).")
+@click.option("--no-input", is_flag=True, help="Never prompt (cron, CI); proposals are only listed.")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to keep this run's artifacts.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--verbose", "-v", is_flag=True, help="Show the first lines of each command's output.")
+@target_options
+def run(runbook_ref: str, target: str, var_items: tuple[str, ...], no_input: bool,
+        run_dir: str | None, fmt: str, verbose: bool, **kw: Any) -> None:
+    """Walk RUNBOOK (a shipped id or a YAML file) over a target, guided stage by stage."""
+    from runbook.console import GuidedConsole
+    from runbook.executor import RunDirectory, execute
+    from runbook.spec import load_file, resolve
+
+    runbook = load_file(resolve(runbook_ref))
+    variables = parse_vars(var_items)
+    transport = _open(target, kw)
+    try:
+        node, context = _replay_context(transport, variables)
+        directory = RunDirectory(Path(run_dir) if run_dir else _new_run_dir(runbook.id, None))
+        observer = GuidedConsole(Console(stderr=fmt == "json", highlight=False), verbose=verbose)
+        try:
+            result = execute(runbook, transport, variables=variables, context=context,
+                             observer=observer, run_dir=directory, node=node)
+        finally:
+            directory.close()
+    finally:
+        transport.close()
+    if fmt == "json":
+        click.echo(json.dumps(result.verdict, indent=2, default=str))
+    else:
+        click.echo(f"\nrun directory: {result.run_dir}", err=False)
+
+
+@cli.command()
+@click.argument("bundle", type=click.Path())
+@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...]) -> None:
+    """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline."""
+    from runbook.console import render_verdict
+    from runbook.executor import execute
+    from runbook.report import markdown
+    from runbook.spec import load_file, resolve
+    from runbook.transports.replay import ReplayTransport
+
+    runbook = load_file(resolve(runbook_ref))
+    transport = ReplayTransport(bundle)
+    try:
+        variables = parse_vars(var_items)
+        node, context = _replay_context(transport, variables)
+        result = execute(runbook, transport, variables=variables, context=context, node=node)
+    finally:
+        transport.close()
+    if fmt == "json":
+        click.echo(json.dumps(result.verdict, indent=2, default=str))
+    elif fmt == "markdown":
+        click.echo(markdown.render(result.verdict), nl=False)
+    else:
+        render_verdict(Console(highlight=False), result.verdict)
+
+
+@cli.command()
+@click.option("--target", "-t", required=True, help="Where to collect from (as for `run`).")
+@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Bundle directory to write.")
+@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True,
+              help="Whose stages say what to collect.")
+@click.option("--pod", help="Pod of the failed job (sets var pod).")
+@click.option("--namespace", "-n", help="Its namespace (sets var namespace).")
+@click.option("--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir).")
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@target_options
+def collect(target: str, output: str, runbook_ref: str, pod: str | None, namespace: str | None,
+            cgroup_dir: str | None, var_items: tuple[str, ...], **kw: Any) -> None:
+    """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing."""
+    from runbook.bundle import BundleMeta, now_iso, write_bundle
+    from runbook.executor import execute
+    from runbook.spec import load_file, resolve
+
+    runbook = load_file(resolve(runbook_ref))
+    variables = parse_vars(var_items)
+    for key, value in (("pod", pod), ("namespace", namespace), ("cgroup_dir", cgroup_dir)):
+        if value is not None:
+            variables[key] = value
+    out = Path(output)
+    if (out / "bundle.yaml").exists():
+        raise UsageError(f"{out} already holds a bundle; choose another --output")
+    transport = _open(target, kw)
+    try:
+        result = execute(runbook, transport, variables=variables, collect_all=True)
+    finally:
+        transport.close()
+    meta = BundleMeta(node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace)
+    write_bundle(out, meta, result.results.values())
+    failed = sum(1 for r in result.results.values() if r.failure)
+    click.echo(f"wrote {out}: {len(result.results)} files from {result.node}"
+               + (f" ({failed} not collected or failed)" if failed else ""))
+
+
+@cli.command()
+@click.argument("file", type=click.Path())
+def validate(file: str) -> None:
+    """Check a runbook YAML FILE; print every problem with its line (exit 2 if any error)."""
+    from runbook.spec import inspect_text
+
+    path = Path(file)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+    issues = inspect_text(text, str(path))
+    errors = [i for i in issues if getattr(i, "severity", "error") == "error"]
+    for issue in issues:
+        click.echo(str(issue), err=True)
+    if errors:
+        raise click.exceptions.Exit(2)
+    click.echo(f"{file}: ok" + (f" ({len(issues)} warnings)" if issues else ""))
+
+
+@cli.command()
+@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.option("--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="mermaid", show_default=True)
+def graph(runbook_ref: str, fmt: str) -> None:
+    """Print RUNBOOK's decision graph (Graphviz dot or Mermaid)."""
+    from runbook.graph import render_dot, render_mermaid
+    from runbook.spec import load_file, resolve
+
+    runbook = load_file(resolve(runbook_ref))
+    click.echo(render_dot(runbook) if fmt == "dot" else render_mermaid(runbook), nl=False)
+
+
+@cli.command()
+@click.option("--run-dir", type=click.Path(file_okay=False), help="Keep the demo run's artifacts here.")
+@click.option("--verbose", "-v", is_flag=True)
+def demo(run_dir: str | None, verbose: bool) -> None:
+    """A guided run of the shipped nccl-init-failure runbook over a built-in replayed incident
+    (the host-memory OOM that surfaced as ncclCommInitRank failure). No cluster, GPU or root."""
+    from runbook.console import GuidedConsole
+    from runbook.demo import incident_bundle
+    from runbook.executor import RunDirectory, execute
+    from runbook.spec import load_file, resolve
+    from runbook.transports.replay import ReplayTransport
+
+    runbook = load_file(resolve("nccl-init-failure"))
+    console = Console(highlight=False)
+    with incident_bundle() as path:
+        transport = ReplayTransport(path)
+        console.print(f"[bold]runbook demo[/]: {runbook.title}, over replay of a recorded incident "
+                      f"on node {transport.bundle.meta.node}")
+        root = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="runbook-demo-"))
+        directory = RunDirectory(root)
+        try:
+            variables: dict[str, Any] = {}
+            node, context = _replay_context(transport, variables)
+            execute(runbook, transport, variables=variables, context=context, observer=GuidedConsole(console, verbose=verbose),
+                    run_dir=directory, node=node)
+        finally:
+            directory.close()
+            transport.close()
+    console.print(f"\nrun directory: {root}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        rc = cli.main(
+            args=list(argv) if argv is not None else None, prog_name="runbook", standalone_mode=False
+        )
+        if isinstance(rc, int):  # click returns an Exit's code instead of raising it here
+            return rc
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.exceptions.Abort:
+        click.echo("runbook: aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return 2
+    except RunbookError as exc:
+        if debug:
+            log.exception("error")
+        click.echo(f"runbook: {exc.one_line()}", err=True)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        click.echo("runbook: interrupted", err=True)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # the last guard: a bug, still one line (with --debug, the trace)
+        if debug:
+            raise
+        click.echo(f"runbook: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

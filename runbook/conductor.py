@@ -1,0 +1,319 @@
+"""The conductor: a pure, serialisable state machine that walks a runbook.
+
+It does no I/O (orquesta's habit). The executor asks it which stage is next and what to run
+(`probes`), runs the probes and parsers, and reports back (`record`); the conductor evaluates the
+stage's `decide` rules, records findings, and routes. Its whole state is `to_state()`, JSON, so a
+run directory can be resumed or audited.
+
+Rule semantics (docs/runbook-format.md): matching rules record their finding, rule-outs and
+proposals in order; the first matching rule with `next` or `conclude` routes and ends evaluation;
+otherwise the walk falls through to the following stage; after the last stage it ends.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from runbook import templating
+from runbook.errors import TemplateError
+from runbook.spec.models import END, Runbook, Stage
+from runbook.transports.base import CommandResult, Probe
+
+
+class Status(str, enum.Enum):
+    OK = "ok"
+    ANOMALY = "anomaly"
+    NOT_COLLECTED = "not-collected"
+    ERROR = "error"
+    SKIPPED = "skipped"
+
+
+@dataclass
+class Finding:
+    stage: str
+    text: str
+    cause: str | None = None
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    rule: int = 0  # index of the rule in the stage's decide list
+
+
+@dataclass
+class ProbeRecord:
+    name: str
+    command: str
+    exited: int | None
+    duration: float
+    failure: str | None
+    truncated: bool = False
+
+    @classmethod
+    def of(cls, result: CommandResult) -> ProbeRecord:
+        return cls(
+            result.name,
+            result.command,
+            result.exited,
+            round(result.duration, 4),
+            result.failure,
+            result.truncated,
+        )
+
+
+@dataclass
+class StageRecord:
+    id: str
+    title: str
+    status: Status = Status.SKIPPED
+    facts: dict[str, Any] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    probes: list[ProbeRecord] = field(default_factory=list)
+    next: str | None = None
+    reason: str = ""
+    ruled_out: list[dict[str, str]] = field(default_factory=list)
+    proposals: list[str] = field(default_factory=list)  # remedy ids
+
+
+def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> Status:
+    if record.findings:
+        return Status.ANOMALY
+    if record.errors:
+        return Status.ERROR
+    failures = [r.failure for r in results.values()]
+    if results and all(f in ("not collected", "command not found") for f in failures):
+        return Status.NOT_COLLECTED
+    if any(f is not None for f in failures):
+        return Status.ERROR
+    return Status.OK
+
+
+def _evidence_items(value: Any) -> list[dict[str, Any]]:
+    """An `evidence:` expression's value as a list of {source, line, time, text} dicts."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        value = [value]
+    if not isinstance(value, list | tuple):
+        return []
+    items = []
+    for item in value:
+        if isinstance(item, Mapping) and ("source" in item or "line" in item or "text" in item):
+            items.append(
+                {k: item[k] for k in ("source", "line", "time", "text") if item.get(k) is not None}
+            )
+    return items
+
+
+class Conductor:
+    def __init__(
+        self,
+        runbook: Runbook,
+        variables: Mapping[str, Any] | None = None,
+        state: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.runbook = runbook
+        self.vars: dict[str, Any] = {**runbook.vars, **(variables or {})}
+        self.records: dict[str, StageRecord] = {
+            s.id: StageRecord(s.id, s.title) for s in runbook.stages
+        }
+        self.path: list[str] = []  # stage ids in the order walked
+        self.current: str | None = runbook.stages[0].id if runbook.stages else None
+        self.concluded: str | None = None
+        if state is not None:
+            self._load(state)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        return self.current is None
+
+    def facts(self) -> dict[str, Any]:
+        merged: dict[str, Any] = {}
+        for stage_id in self.path:
+            for parser, facts in self.records[stage_id].facts.items():
+                if isinstance(facts, dict) and isinstance(merged.get(parser), dict):
+                    merged[parser] = {**merged[parser], **facts}
+                else:
+                    merged[parser] = facts
+        return merged
+
+    def context(self, results: Mapping[str, CommandResult] | None = None) -> dict[str, Any]:
+        """What templates and expressions see: the vars at top level, `vars`, `facts`, and
+        the current stage's `results` by file name."""
+        ctx: dict[str, Any] = dict(self.vars)
+        ctx["vars"] = dict(self.vars)
+        ctx["facts"] = self.facts()
+        ctx["results"] = {
+            name: {
+                "rc": r.exited,
+                "stdout": r.stdout,
+                "stderr": r.stderr,
+                "failure": r.failure,
+                "collected": r.collected,
+            }
+            for name, r in (results or {}).items()
+        }
+        return ctx
+
+    def next_stage(self) -> Stage | None:
+        return None if self.current is None else self.runbook.stage(self.current)
+
+    def should_run(self, stage: Stage) -> tuple[bool, str]:
+        """A stage's own `when`; an expression error is reported and the stage runs."""
+        if not stage.when:
+            return True, ""
+        try:
+            return bool(templating.evaluate(stage.when, self.context())), f"when: {stage.when}"
+        except TemplateError as exc:
+            return True, exc.one_line()
+
+    def probes(self, stage: Stage) -> tuple[list[Probe], list[str]]:
+        """The stage's rendered probes, and an error per template that would not render."""
+        probes, errors = [], []
+        ctx = self.context()
+        for item in stage.collect:
+            try:
+                command = templating.render_command(item.command, ctx)
+            except TemplateError as exc:
+                errors.append(f"{item.name}: {exc.one_line()}")
+                continue
+            probes.append(Probe(item.name, command, stage.timeout))
+        return probes, errors
+
+    # -- transitions ------------------------------------------------------------------------
+
+    def skip(self, stage_id: str, reason: str) -> StageRecord:
+        record = self.records[stage_id]
+        record.status, record.reason = Status.SKIPPED, reason
+        self.path.append(stage_id)
+        self._advance(stage_id, None)
+        record.next = self.current
+        return record
+
+    def record(
+        self,
+        stage_id: str,
+        results: Mapping[str, CommandResult],
+        facts: Mapping[str, Any],
+        errors: list[str] | None = None,
+    ) -> StageRecord:
+        """Take a stage's results and parsed facts, decide, and move on."""
+        stage = self.runbook.stage(stage_id)
+        record = self.records[stage_id]
+        record.facts = dict(facts)
+        record.errors = list(errors or [])
+        record.probes = [ProbeRecord.of(r) for r in results.values()]
+        self.path.append(stage_id)
+        ctx = self.context(results)
+        route: str | None = None
+        concluded: str | None = None
+        for index, rule in enumerate(stage.decide):
+            label = f"rule {index + 1}"
+            if rule.when is not None:
+                try:
+                    matched = bool(templating.evaluate(rule.when, ctx))
+                except TemplateError as exc:
+                    record.errors.append(f"{label}: {exc.one_line()}")
+                    continue
+                if not matched:
+                    continue
+                label += f" ({rule.when})"
+            if rule.finding is not None:
+                record.findings.append(self._finding(stage_id, index, rule, ctx, record))
+            for out in rule.rule_out:
+                try:
+                    because = templating.render_text(out.because, ctx)
+                except TemplateError as exc:
+                    record.errors.append(f"{label}: {exc.one_line()}")
+                    because = out.because
+                record.ruled_out.append({"cause": out.cause, "because": because})
+            record.proposals.extend(p for p in rule.propose if p not in record.proposals)
+            if rule.conclude is not None:
+                concluded, record.reason = rule.conclude, f"{label} concludes {rule.conclude}"
+                break
+            if rule.next is not None:
+                route, record.reason = rule.next, f"{label} routes to {rule.next}"
+                break
+        record.status = _status_of(record, results)
+        if concluded is not None:
+            self.concluded = concluded
+            self.current = None
+        else:
+            if route is None and not record.reason:
+                record.reason = "no rule routes: next stage in order"
+            self._advance(stage_id, route)
+        record.next = self.current
+        return record
+
+    def _finding(
+        self, stage_id: str, index: int, rule: Any, ctx: dict[str, Any], record: StageRecord
+    ) -> Finding:
+        try:
+            text = templating.render_text(rule.finding, ctx)
+        except TemplateError as exc:
+            record.errors.append(f"rule {index + 1} finding: {exc.one_line()}")
+            text = rule.finding
+        evidence: list[dict[str, Any]] = []
+        if rule.evidence:
+            try:
+                evidence = _evidence_items(templating.evaluate(rule.evidence, ctx))
+            except TemplateError as exc:
+                record.errors.append(f"rule {index + 1} evidence: {exc.one_line()}")
+        return Finding(stage_id, text.strip(), rule.cause, evidence, index)
+
+    def _advance(self, stage_id: str, route: str | None) -> None:
+        if route == END:
+            self.current = None
+            return
+        if route is not None:
+            self.current = route
+            return
+        ids = [s.id for s in self.runbook.stages]
+        position = ids.index(stage_id)
+        self.current = ids[position + 1] if position + 1 < len(ids) else None
+
+    # -- state ------------------------------------------------------------------------------
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "runbook": self.runbook.id,
+            "vars": self.vars,
+            "path": list(self.path),
+            "current": self.current,
+            "concluded": self.concluded,
+            "records": {k: _record_state(v) for k, v in self.records.items()},
+        }
+
+    def _load(self, state: Mapping[str, Any]) -> None:
+        self.vars = dict(state.get("vars", self.vars))
+        self.path = list(state.get("path", []))
+        self.current = state.get("current")
+        self.concluded = state.get("concluded")
+        for stage_id, data in state.get("records", {}).items():
+            if stage_id in self.records:
+                self.records[stage_id] = _record_from_state(data)
+
+
+def _record_state(record: StageRecord) -> dict[str, Any]:
+    data = asdict(record)
+    data["status"] = record.status.value
+    return data
+
+
+def _record_from_state(data: Mapping[str, Any]) -> StageRecord:
+    return StageRecord(
+        id=data["id"],
+        title=data.get("title", data["id"]),
+        status=Status(data.get("status", "skipped")),
+        facts=dict(data.get("facts", {})),
+        findings=[Finding(**f) for f in data.get("findings", [])],
+        errors=list(data.get("errors", [])),
+        probes=[ProbeRecord(**p) for p in data.get("probes", [])],
+        next=data.get("next"),
+        reason=data.get("reason", ""),
+        ruled_out=list(data.get("ruled_out", [])),
+        proposals=list(data.get("proposals", [])),
+    )

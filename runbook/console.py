@@ -1,0 +1,92 @@
+"""The guided walk on a terminal: each stage, what it ran, what it found, where it goes and why.
+
+rich renders colour on a TTY and plain text elsewhere (CI logs, pipes)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from runbook.conductor import StageRecord, Status
+from runbook.spec.models import Stage
+from runbook.transports.base import CommandResult, Probe
+
+_STATUS_STYLE = {
+    Status.OK: "green",
+    Status.ANOMALY: "bold red",
+    Status.NOT_COLLECTED: "yellow",
+    Status.ERROR: "magenta",
+    Status.SKIPPED: "dim",
+}
+
+
+def _short(text: str, width: int = 110) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class GuidedConsole:
+    def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
+        self.console = console or Console(highlight=False)
+        self.verbose = verbose
+
+    def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
+        self.console.print(f"\n[bold]━━ {index}/{total} {escape(stage.title)}[/] [dim]({stage.id})[/]")
+
+    def probe_done(self, stage: Stage, result: CommandResult) -> None:
+        state = result.failure or f"exit {result.exited}"
+        style = "dim" if result.failure is None else "yellow"
+        self.console.print(
+            f"  [cyan]$[/] {escape(_short(result.command, 72))} [dim]→ {escape(result.name)}[/]"
+            f"  [{style}]{escape(state)}"
+            f" {result.duration:.2f}s[/]"
+        )
+        if self.verbose and result.stdout:
+            for line in result.stdout.splitlines()[:5]:
+                self.console.print(f"    [dim]{escape(_short(line))}[/]")
+
+    def stage_done(self, stage: Stage, record: StageRecord) -> None:
+        if record.status is Status.SKIPPED:
+            self.console.print(f"\n[dim]━━ {escape(stage.title)} ({stage.id}): {escape(record.reason)}[/]")
+            return
+        for finding in record.findings:
+            cause = f" [dim]→ {finding.cause}[/]" if finding.cause else ""
+            self.console.print(f"  [bold red]![/] {escape(finding.text)}{cause}")
+        for error in record.errors:
+            self.console.print(f"  [magenta]error:[/] {escape(_short(error))}")
+        for out in record.ruled_out:
+            self.console.print(f"  [green]✓[/] not {out['cause']}: {escape(out['because'])}")
+        style = _STATUS_STYLE[record.status]
+        where = record.next or "end of runbook"
+        self.console.print(
+            f"  [{style}]{record.status.value}[/] → {escape(where)} [dim]({escape(record.reason)})[/]"
+        )
+
+    def run_done(self, verdict: Mapping[str, Any]) -> None:
+        render_verdict(self.console, verdict)
+
+
+def render_verdict(console: Console, verdict: Mapping[str, Any]) -> None:
+    cause = verdict["root_cause"]
+    style = "green" if cause == "healthy" else "bold red"
+    console.print(f"\n[bold]Verdict for {escape(str(verdict['node']))}:[/] [{style}]{cause}[/]"
+                  f" (confidence {verdict['confidence']})")
+    if verdict.get("surfaced_as"):
+        console.print(f"  surfaced as: {escape(_short(verdict['surfaced_as']))}")
+    first = verdict.get("first_anomaly")
+    if first:
+        where = f"{first.get('source')}" + (f":{first['line']}" if first.get("line") else "")
+        when = f" at {first['time']}" if first.get("time") else ""
+        console.print(f"  first anomaly: {escape(where)}{escape(when)}: {escape(_short(str(first.get('text', ''))))}")
+    if verdict.get("chain"):
+        console.print("  evidence chain:")
+        for link in verdict["chain"]:
+            console.print(f"    ↓ [{escape(link['stage'])}] {escape(link['finding'])}")
+    for out in verdict.get("ruled_out", []):
+        console.print(f"  ruled out {out['cause']}: {escape(out['because'])}")
+    for proposal in verdict.get("proposals", []):
+        gate = "needs approval" if proposal.get("requires_approval") else "no change"
+        console.print(f"  proposal [bold]{proposal['kind']}[/] ({gate}): {escape(proposal['summary'])}")

@@ -1,0 +1,223 @@
+"""The one I/O loop: conductor ↔ transport ↔ parsers, leaving a run directory behind.
+
+For each stage the conductor hands out, the executor renders its probes, runs them concurrently
+over the target's one connection, runs the stage's parsers over what came back, and reports to
+the conductor. A failing command, a parser bug or a template that does not render is recorded
+on the stage; the walk goes on. Observers (the guided console, the event log) see every step.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from runbook import bundle as bundle_mod
+from runbook import parsers
+from runbook.conductor import Conductor, StageRecord
+from runbook.diagnosis import build_verdict
+from runbook.spec.models import Runbook, Stage
+from runbook.transports.base import CommandResult, Probe, Transport
+
+log = logging.getLogger(__name__)
+
+#: probes every run records first: the node's name and its clocks (DESIGN §4 clock.txt)
+PREAMBLE = (
+    Probe("hostname.txt", "hostname", 10.0),
+    Probe("clock.txt", "date +%s.%N; cat /proc/uptime", 10.0),
+)
+
+
+class Observer(Protocol):
+    def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None: ...
+    def probe_done(self, stage: Stage, result: CommandResult) -> None: ...
+    def stage_done(self, stage: Stage, record: StageRecord) -> None: ...
+    def run_done(self, verdict: Mapping[str, Any]) -> None: ...
+
+
+class NullObserver:
+    def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
+        pass
+
+    def probe_done(self, stage: Stage, result: CommandResult) -> None:
+        pass
+
+    def stage_done(self, stage: Stage, record: StageRecord) -> None:
+        pass
+
+    def run_done(self, verdict: Mapping[str, Any]) -> None:
+        pass
+
+
+def _atomic_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, default=str)
+        handle.write("\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class RunDirectory:
+    """A run's artifacts: `events.jsonl` (appended and flushed per event), `state.json` (the
+    conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence, a
+    DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.mkdir(parents=True, exist_ok=True)
+        self.bundle = path / "bundle"
+        self._events = (path / "events.jsonl").open("a", encoding="utf-8")
+
+    def event(self, kind: str, **data: Any) -> None:
+        record = {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
+        self._events.write(json.dumps(record, default=str) + "\n")
+        self._events.flush()
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        _atomic_json(self.path / "state.json", state)
+
+    def save_verdict(self, verdict: Mapping[str, Any]) -> None:
+        _atomic_json(self.path / "verdict.json", verdict)
+
+    def close(self) -> None:
+        self._events.close()
+
+
+@dataclass
+class RunResult:
+    verdict: dict[str, Any]
+    conductor: Conductor
+    results: dict[str, CommandResult] = field(default_factory=dict)
+    node: str = ""
+    run_dir: Path | None = None
+
+
+def _run_probes(transport: Transport, probes: Sequence[Probe], max_parallel: int) -> list[CommandResult]:
+    if len(probes) <= 1:
+        return [transport.run(p) for p in probes]
+    with ThreadPoolExecutor(max_workers=min(len(probes), max_parallel)) as pool:
+        return list(pool.map(transport.run, probes))
+
+
+def _parse(stage: Stage, results: Mapping[str, CommandResult], context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    facts: dict[str, Any] = {}
+    errors: list[str] = []
+    for name in stage.parse:
+        try:
+            entry = parsers.get(name)
+        except KeyError:
+            errors.append(f"unknown parser {name!r}")
+            continue
+        try:
+            facts[name] = entry.func(results, context)
+        except Exception as exc:  # a parser bug is a stage error, never a crash of the run
+            log.debug("parser %s failed", name, exc_info=True)
+            errors.append(f"parser {name} failed: {type(exc).__name__}: {exc}")
+    return facts, errors
+
+
+def node_name(results: Mapping[str, CommandResult], default: str) -> str:
+    result = results.get("hostname.txt")
+    if result is not None and result.ok and result.stdout.strip():
+        return result.stdout.strip().splitlines()[0][:253]
+    return default
+
+
+def execute(
+    runbook: Runbook,
+    transport: Transport,
+    *,
+    variables: Mapping[str, Any] | None = None,
+    context: Mapping[str, Any] | None = None,
+    observer: Observer | None = None,
+    run_dir: RunDirectory | None = None,
+    collect_all: bool = False,
+    max_parallel: int = 8,
+    node: str | None = None,
+) -> RunResult:
+    """Walk `runbook` over `transport`. With `collect_all`, every stage's probes run and no rule
+    routes (what `runbook collect` does, so a bundle holds everything any walk could read)."""
+    observer = observer or NullObserver()
+    conductor = Conductor(runbook, variables)
+    all_results: dict[str, CommandResult] = {}
+    started = time.monotonic()
+
+    for result in _run_probes(transport, PREAMBLE, max_parallel):
+        all_results[result.name] = result
+    node = node or node_name(all_results, transport.description)
+    ctx: dict[str, Any] = {"node": node, "page_size": 4096, **(context or {}), "vars": conductor.vars}
+    if run_dir:
+        run_dir.event("run-started", runbook=runbook.id, target=transport.description, node=node)
+
+    total = len(runbook.stages)
+    while not conductor.done:
+        stage = conductor.next_stage()
+        assert stage is not None
+        index = [s.id for s in runbook.stages].index(stage.id) + 1
+        run_it, why = conductor.should_run(stage)
+        if not run_it and not collect_all:
+            record = conductor.skip(stage.id, f"skipped: {why} is false")
+            observer.stage_done(stage, record)
+            continue
+        probes, template_errors = conductor.probes(stage)
+        observer.stage_started(stage, index, total, probes)
+        results: dict[str, CommandResult] = {}
+        for result in _run_probes(transport, probes, max_parallel):
+            results[result.name] = result
+            observer.probe_done(stage, result)
+            pieces = bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
+            for piece in pieces:
+                results.setdefault(piece.name, piece)
+                all_results[piece.name] = piece
+                if run_dir:
+                    bundle_mod.write_result(run_dir.bundle, piece)
+            if run_dir:
+                run_dir.event(
+                    "probe", stage=stage.id, name=result.name, command=result.command,
+                    exited=result.exited, duration=round(result.duration, 4),
+                    failure=result.failure, truncated=result.truncated,
+                )
+        facts, parse_errors = _parse(stage, results, ctx)
+        if collect_all:
+            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
+            # collection walks every stage in order whatever the rules said
+            ids = [s.id for s in runbook.stages]
+            conductor.current = ids[index] if index < len(ids) else None
+        else:
+            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
+        observer.stage_done(stage, record)
+        if run_dir:
+            run_dir.event("stage", stage=stage.id, status=record.status.value, next=record.next,
+                          reason=record.reason, findings=[f.text for f in record.findings],
+                          errors=record.errors)
+            run_dir.save_state(conductor.to_state())
+
+    verdict = build_verdict(conductor, node=node, target=transport.description)
+    verdict["duration_s"] = round(time.monotonic() - started, 3)
+    if run_dir:
+        meta = bundle_mod.BundleMeta(
+            node=node,
+            collected_at=bundle_mod.now_iso(),
+            pod=_str_or_none(conductor.vars.get("pod")),
+            namespace=_str_or_none(conductor.vars.get("namespace")),
+        )
+        bundle_mod.write_bundle(run_dir.bundle, meta, ())
+        run_dir.save_verdict(verdict)
+        run_dir.event("run-done", root_cause=verdict["root_cause"])
+    observer.run_done(verdict)
+    return RunResult(verdict, conductor, all_results, node, run_dir.path if run_dir else None)
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value in (None, "") else str(value)

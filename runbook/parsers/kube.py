@@ -1,0 +1,363 @@
+"""Kubernetes objects: `pod.json` (`kubectl get pod -o json`, a Pod or a List) and `node.json`.
+
+Per container: restarts, current and last termination (reason `OOMKilled`/`Error`, exit code;
+137 = 128 + SIGKILL, which is also what a cgroup OOM kill looks like when containerd lost the
+TaskOOM event), memory request/limit in bytes; memory-backed `emptyDir` volumes (`/dev/shm`)
+with their `sizeLimit`. Node: labels, memory capacity/allocatable, conditions. And the pod's
+candidate memory-cgroup directories on the node (`pod_cgroup_paths`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from typing import Any
+
+from runbook.parsers._common import is_collected, to_jsonable
+from runbook.parsers.registry import Files, register
+
+POD = "pod.json"
+NODE = "node.json"
+
+_SUFFIX: dict[str, int | Decimal] = {
+    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}
+_QUANTITY = re.compile(
+    r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
+
+
+def parse_quantity(value: Any) -> int | None:
+    """A Kubernetes quantity (`640Gi`, `1.5Gi`, `500M`, `1e3`, `128974848`) in whole units
+    (bytes for memory), rounded up as Kubernetes does; None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return math.ceil(value) if math.isfinite(value) else None
+    if not isinstance(value, str):
+        return None
+    m = _QUANTITY.match(value.strip())
+    if not m:
+        return None
+    try:
+        number = Decimal(m.group(1)) * Decimal(_SUFFIX.get(m.group(2) or "", 1))
+        return int(number.to_integral_value(rounding=ROUND_CEILING))
+    except (InvalidOperation, OverflowError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class Termination:
+    reason: str | None
+    exit_code: int | None
+    signal: int | None
+    started_at: str | None
+    finished_at: str | None
+    message: str | None = None
+
+    @property
+    def oom_killed(self) -> bool:
+        return self.reason == "OOMKilled"
+
+
+@dataclass(frozen=True)
+class ContainerFacts:
+    name: str
+    init: bool
+    restarts: int
+    ready: bool | None
+    state: str | None
+    #: state.terminated, when the container is terminated now
+    terminated: Termination | None
+    #: lastState.terminated, the previous run's end
+    last_terminated: Termination | None
+    memory_request_bytes: int | None
+    memory_limit_bytes: int | None
+    oom_killed: bool
+    #: exit 137 / SIGKILL: killed, possibly by the OOM killer even if reason says Error
+    sigkilled: bool
+    container_id: str | None = None
+    shm_mounts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class VolumeFacts:
+    name: str
+    kind: str
+    medium: str | None = None
+    size_limit_bytes: int | None = None
+    mounted_at: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    name: str | None
+    namespace: str | None
+    uid: str | None
+    node_name: str | None
+    qos_class: str | None
+    phase: str | None
+    reason: str | None
+    containers: tuple[ContainerFacts, ...]
+    volumes: tuple[VolumeFacts, ...]
+    memory_limit_bytes: int | None
+    memory_request_bytes: int | None
+    oom_killed: bool
+    restarts: int
+    cgroup_paths: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NodeCondition:
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    name: str | None
+    labels: dict[str, str]
+    capacity_memory_bytes: int | None
+    allocatable_memory_bytes: int | None
+    conditions: tuple[NodeCondition, ...]
+    memory_pressure: bool | None
+    ready: bool | None
+    #: extended resources (`nvidia.com/gpu`, `rdma/...`) as advertised in allocatable
+    extended_resources: dict[str, str] = field(default_factory=dict)
+    #: labels whose key or value mentions RDMA/InfiniBand/RoCE (metadata, not devices)
+    rdma_labels: dict[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+
+
+def _d(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _l(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _s(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _i(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def pod_cgroup_paths(uid: str, qos: str | None) -> list[str]:
+    """Candidate memory-cgroup directories of a pod on its node, most likely first:
+    the systemd driver (cgroup v2 unified, then v1 memory controller) and cgroupfs (v2, v1).
+    Guaranteed pods sit directly under `kubepods`; the others under their QoS class."""
+    q = (qos or "").lower()
+    us = uid.replace("-", "_")
+    root = "/sys/fs/cgroup"
+    if q == "guaranteed":
+        slice_ = f"kubepods.slice/kubepods-pod{us}.slice"
+        fs = f"kubepods/pod{uid}"
+    else:
+        cls = q if q in ("burstable", "besteffort") else "burstable"
+        slice_ = f"kubepods.slice/kubepods-{cls}.slice/kubepods-{cls}-pod{us}.slice"
+        fs = f"kubepods/{cls}/pod{uid}"
+    return [
+        f"{root}/{slice_}",
+        f"{root}/memory/{slice_}",
+        f"{root}/{fs}",
+        f"{root}/memory/{fs}",
+    ]
+
+
+def _termination(value: Any) -> Termination | None:
+    t = _d(value)
+    if not t:
+        return None
+    return Termination(
+        reason=_s(t.get("reason")), exit_code=_i(t.get("exitCode")), signal=_i(t.get("signal")),
+        started_at=_s(t.get("startedAt")), finished_at=_s(t.get("finishedAt")),
+        message=(_s(t.get("message")) or None) and str(t.get("message"))[:300],
+    )
+
+
+def _killed(t: Termination | None) -> bool:
+    return t is not None and (t.exit_code == 137 or t.signal == 9)
+
+
+def _pod(obj: dict[str, Any]) -> PodFacts:
+    meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
+    statuses: dict[tuple[bool, str], dict[str, Any]] = {}
+    for init, key in ((False, "containerStatuses"), (True, "initContainerStatuses")):
+        for cs in _l(status.get(key)):
+            cs = _d(cs)
+            if isinstance(cs.get("name"), str):
+                statuses[(init, cs["name"])] = cs
+    volumes: list[VolumeFacts] = []
+    mem_volumes: set[str] = set()
+    mounts: dict[str, list[str]] = {}
+    containers: list[ContainerFacts] = []
+    for key in ("containers", "initContainers"):
+        for c in _l(spec.get(key)):
+            c = _d(c)
+            for vm in _l(c.get("volumeMounts")):
+                vm = _d(vm)
+                if isinstance(vm.get("name"), str) and isinstance(vm.get("mountPath"), str):
+                    mounts.setdefault(vm["name"], []).append(vm["mountPath"])
+    for v in _l(spec.get("volumes")):
+        v = _d(v)
+        name = _s(v.get("name")) or ""
+        kind = next((k for k in v if k != "name"), "unknown")
+        ed = _d(v.get("emptyDir")) if "emptyDir" in v else None
+        medium = _s(ed.get("medium")) if ed is not None else None
+        if medium == "Memory":
+            mem_volumes.add(name)
+        volumes.append(VolumeFacts(
+            name=name, kind=kind, medium=medium or None,
+            size_limit_bytes=parse_quantity(ed.get("sizeLimit")) if ed is not None else None,
+            mounted_at=tuple(mounts.get(name, ())),
+        ))
+    for init, key in ((False, "containers"), (True, "initContainers")):
+        for c in _l(spec.get(key)):
+            c = _d(c)
+            name = _s(c.get("name")) or ""
+            res = _d(c.get("resources"))
+            cs = statuses.get((init, name), {})
+            state = _d(cs.get("state"))
+            term = _termination(state.get("terminated"))
+            last = _termination(_d(cs.get("lastState")).get("terminated"))
+            shm = tuple(
+                _s(_d(vm).get("mountPath")) or "" for vm in _l(c.get("volumeMounts"))
+                if _d(vm).get("name") in mem_volumes
+            )
+            containers.append(ContainerFacts(
+                name=name, init=init, restarts=_i(cs.get("restartCount")) or 0,
+                ready=cs.get("ready") if isinstance(cs.get("ready"), bool) else None,
+                state=next(iter(state), None),
+                terminated=term, last_terminated=last,
+                memory_request_bytes=parse_quantity(_d(res.get("requests")).get("memory")),
+                memory_limit_bytes=parse_quantity(_d(res.get("limits")).get("memory")),
+                oom_killed=any(t is not None and t.oom_killed for t in (term, last)),
+                sigkilled=_killed(term) or _killed(last),
+                container_id=_s(cs.get("containerID")),
+                shm_mounts=shm,
+            ))
+    main = [c for c in containers if not c.init]
+    limits = [c.memory_limit_bytes for c in main]
+    requests = [c.memory_request_bytes for c in main]
+    uid = _s(meta.get("uid"))
+    qos = _s(status.get("qosClass"))
+    labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
+    return PodFacts(
+        name=_s(meta.get("name")), namespace=_s(meta.get("namespace")), uid=uid,
+        node_name=_s(spec.get("nodeName")), qos_class=qos, phase=_s(status.get("phase")),
+        reason=_s(status.get("reason")), containers=tuple(containers), volumes=tuple(volumes),
+        memory_limit_bytes=sum(x for x in limits if x is not None)
+        if limits and all(x is not None for x in limits) else None,
+        memory_request_bytes=sum(x for x in requests if x is not None) if requests else None,
+        oom_killed=any(c.oom_killed for c in containers),
+        restarts=sum(c.restarts for c in containers),
+        cgroup_paths=tuple(pod_cgroup_paths(uid, qos)) if uid else (),
+        labels=labels,
+    )
+
+
+def parse_pods(text: str) -> tuple[PodFacts, ...]:
+    """`kubectl get pod -o json`: a Pod, or a List of Pods. Unparseable text gives ()."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return ()
+    obj = _d(obj)
+    if obj.get("kind") == "List" or "items" in obj:
+        return tuple(_pod(_d(i)) for i in _l(obj.get("items")) if _d(i))
+    return (_pod(obj),) if obj else ()
+
+
+_RDMA_WORDS = re.compile(r"rdma|infiniband|roce|mellanox|\bib\b|hca", re.IGNORECASE)
+
+
+def parse_node(text: str) -> NodeFacts | None:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    obj = _d(obj)
+    if obj.get("kind") == "List":
+        items = _l(obj.get("items"))
+        obj = _d(items[0]) if items else {}
+    if not obj:
+        return None
+    meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
+    labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
+    conds = tuple(
+        NodeCondition(type=str(c.get("type")), status=str(c.get("status")),
+                      reason=_s(c.get("reason")), message=_s(c.get("message")))
+        for c in (_d(x) for x in _l(status.get("conditions")))
+        if c.get("type")
+    )
+
+    def cond(name: str) -> bool | None:
+        for c in conds:
+            if c.type == name:
+                return {"True": True, "False": False}.get(c.status)
+        return None
+
+    alloc = _d(status.get("allocatable"))
+    return NodeFacts(
+        name=_s(meta.get("name")),
+        labels=labels,
+        capacity_memory_bytes=parse_quantity(_d(status.get("capacity")).get("memory")),
+        allocatable_memory_bytes=parse_quantity(alloc.get("memory")),
+        conditions=conds,
+        memory_pressure=cond("MemoryPressure"),
+        ready=cond("Ready"),
+        extended_resources={str(k): str(v) for k, v in alloc.items() if "/" in str(k)},
+        rdma_labels={k: v for k, v in labels.items() if _RDMA_WORDS.search(k + " " + v)},
+        unschedulable=spec.get("unschedulable") is True,
+    )
+
+
+@register("kube", "pod.json and node.json: containers, terminations, limits, shm, node memory")
+def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    pod_res = files.get(POD)
+    if is_collected(pod_res) and pod_res.exited in (0, None):
+        pods = parse_pods(pod_res.stdout)
+        wanted = context.get("vars", {}).get("pod") if isinstance(context.get("vars"), dict) \
+            else None
+        chosen = next((p for p in pods if p.name == wanted), pods[0] if pods else None)
+        out["pod"] = {"collected": True, "parsed": chosen is not None,
+                      **(to_jsonable(chosen) if chosen else {})}
+        out["pods"] = to_jsonable(pods)
+        if chosen:
+            out["pod"]["memory_emptydirs"] = [
+                to_jsonable(v) for v in chosen.volumes if v.medium == "Memory"
+            ]
+            out["pod"]["unbounded_memory_emptydirs"] = [
+                v.name
+                for v in chosen.volumes
+                if v.medium == "Memory" and v.size_limit_bytes is None
+            ]
+    else:
+        out["pod"] = {"collected": False,
+                      "present": False if pod_res is not None and is_collected(pod_res)
+                      and "NotFound" in pod_res.stderr else None}
+        out["pods"] = []
+    node_res = files.get(NODE)
+    if is_collected(node_res) and node_res.exited in (0, None):
+        node = parse_node(node_res.stdout)
+        out["node"] = {"collected": True, "parsed": node is not None,
+                       **(to_jsonable(node) if node else {})}
+    else:
+        out["node"] = {"collected": False}
+    out["collected"] = out["pod"]["collected"] or out["node"]["collected"]
+    return out

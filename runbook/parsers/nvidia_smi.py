@@ -1,0 +1,551 @@
+"""`nvidia-smi` in its several shapes: `-L`, the `--query-gpu` CSV, `-q` (ECC, retired pages,
+remapped rows, recovery action), `topo -m`, `topo -p2p r|w` and `nvlink --status`; and the
+exit codes that mean the driver is not loaded (9) or a GPU fell off the bus (15).
+
+`-q` is parsed as an indentation tree, so the ECC layout of every generation works: Volta's
+`Single Bit`/`Double Bit` blocks with `Total`, Ampere+'s `SRAM/DRAM Uncorrectable`; the
+`Aggregate Uncorrectable SRAM Sources` breakdown is not counted twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from runbook.parsers._common import Evidence, clip, is_collected, iter_lines, to_jsonable
+from runbook.parsers.registry import Files, register
+
+F_L = "nvidia-smi-L.txt"
+F_QUERY = "nvidia-smi-query.csv"
+F_Q = "nvidia-smi-q.txt"
+F_TOPO = "nvidia-smi-topo-m.txt"
+F_P2P_R = "nvidia-smi-topo-p2p-r.txt"
+F_P2P_W = "nvidia-smi-topo-p2p-w.txt"
+F_NVLINK = "nvidia-smi-nvlink.txt"
+
+#: nvidia-smi's documented exit codes
+EXIT_CODES = {
+    0: "success",
+    2: "invalid argument or flag",
+    3: "the requested operation is not available on the target device",
+    4: "the current user does not have permission to perform this operation",
+    6: "a query to find an object was unsuccessful",
+    8: "a device's external power cables are not properly attached",
+    9: "the NVIDIA driver is not loaded",
+    10: "the NVIDIA kernel detected an interrupt issue with a GPU",
+    12: "the NVML shared library could not be found or loaded",
+    13: "the local version of NVML does not implement this function",
+    14: "the infoROM is corrupted",
+    15: "the GPU has fallen off the bus or has otherwise become inaccessible",
+    255: "other error or internal driver error",
+}
+
+
+@dataclass(frozen=True)
+class ListedGpu:
+    index: int
+    name: str
+    uuid: str | None
+    mig_devices: int = 0
+
+
+@dataclass(frozen=True)
+class QueryGpu:
+    index: int | None
+    name: str | None
+    uuid: str | None
+    bus_id: str | None
+    driver_version: str | None
+    pstate: str | None
+    temperature_c: int | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    compute_mode: str | None
+
+
+@dataclass(frozen=True)
+class QGpu:
+    bus_id: str
+    product_name: str | None = None
+    uuid: str | None = None
+    ecc_mode: str | None = None
+    ecc_volatile_uncorrectable: int | None = None
+    ecc_aggregate_uncorrectable: int | None = None
+    ecc_volatile_correctable: int | None = None
+    ecc_aggregate_correctable: int | None = None
+    retired_pages_sbe: int | None = None
+    retired_pages_dbe: int | None = None
+    retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    recovery_action: str | None = None
+    reset_required: bool | None = None
+    drain_and_reset_recommended: bool | None = None
+    #: the lines that show a fault (non-zero uncorrectable, pending, failure, an action)
+    anomalies: tuple[Evidence, ...] = ()
+
+    @property
+    def faulty(self) -> bool:
+        return bool(self.anomalies)
+
+
+@dataclass(frozen=True)
+class QFacts:
+    driver_version: str | None
+    cuda_version: str | None
+    attached_gpus: int | None
+    gpus: tuple[QGpu, ...]
+
+
+@dataclass(frozen=True)
+class TopoFacts:
+    devices: tuple[str, ...]
+    gpus: tuple[str, ...]
+    nics: tuple[str, ...]
+    #: "GPU0-GPU1" -> "NODE" (each unordered pair once)
+    links: dict[str, str]
+    nvlink_pairs: int
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, str] = field(default_factory=dict)
+    legend: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class P2PFailure(Evidence):
+    a: str
+    b: str
+    status: str
+
+
+@dataclass(frozen=True)
+class P2PFacts:
+    gpus: tuple[str, ...]
+    all_ok: bool | None
+    failing: tuple[P2PFailure, ...]
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NvLink:
+    gpu: int
+    link: int
+    speed_gbps: float | None
+    active: bool
+
+
+@dataclass(frozen=True)
+class NvLinkFacts:
+    gpus: int
+    links: tuple[NvLink, ...]
+    active_links: int
+    present: bool
+
+
+# --- -L -----------------------------------------------------------------------------------------
+
+_L = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]+)\))?\s*$")
+_MIG = re.compile(r"^\s+MIG \S+\s+Device\s+\d+:")
+
+
+def parse_list(lines: Iterable[str]) -> tuple[ListedGpu, ...]:
+    gpus: list[ListedGpu] = []
+    for line in lines:
+        m = _L.match(line.rstrip())
+        if m:
+            gpus.append(ListedGpu(int(m.group(1)), m.group(2).strip(), m.group(3)))
+        elif _MIG.match(line) and gpus:
+            g = gpus[-1]
+            gpus[-1] = ListedGpu(g.index, g.name, g.uuid, g.mig_devices + 1)
+    return tuple(gpus)
+
+
+# --- --query-gpu CSV ----------------------------------------------------------------------------
+
+
+def _num(value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = re.match(r"^\s*(-?\d+)", value)
+    return int(m.group(1)) if m else None
+
+
+def _na(value: str | None) -> str | None:
+    if value is None:
+        return None
+    v = value.strip()
+    return None if v in ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]") else v
+
+
+def parse_query(lines: Iterable[str]) -> tuple[QueryGpu, ...]:
+    """The DESIGN §4 columns: index, name, uuid, pci.bus_id, driver_version, pstate,
+    temperature.gpu, memory.used, memory.total, compute_mode (with or without a header)."""
+    out: list[QueryGpu] = []
+    for line in lines:
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 10 or cells[0].startswith("index"):
+            continue
+        if len(cells) > 10:  # a comma inside the name
+            cells = [cells[0], ", ".join(cells[1:len(cells) - 8]), *cells[-8:]]
+        out.append(QueryGpu(
+            index=_num(cells[0]), name=_na(cells[1]), uuid=_na(cells[2]), bus_id=_na(cells[3]),
+            driver_version=_na(cells[4]), pstate=_na(cells[5]), temperature_c=_num(cells[6]),
+            memory_used_mib=_num(cells[7]), memory_total_mib=_num(cells[8]),
+            compute_mode=_na(cells[9]),
+        ))
+    return tuple(out)
+
+
+# --- -q -----------------------------------------------------------------------------------------
+
+_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+_Q_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
+_Q_SECTION = re.compile(r"^(\s*)(\S.*?)\s*$")
+
+
+def _yes(value: str | None) -> bool | None:
+    v = _na(value)
+    if v is None:
+        return None
+    return {"yes": True, "no": False}.get(v.lower())
+
+
+class _QGpuBuilder:
+    def __init__(self, bus_id: str) -> None:
+        self.bus_id = bus_id
+        self.v: dict[str, Any] = {}
+        self.sums: dict[str, int] = {}
+        self.dbe_totals: dict[str, int] = {}
+        self.sbe_totals: dict[str, int] = {}
+        self.anomalies: list[Evidence] = []
+
+    def build(self) -> QGpu:
+        v = dict(self.v)
+        for scope in ("volatile", "aggregate"):
+            unc = self.dbe_totals.get(scope, self.sums.get(f"{scope}_unc"))
+            cor = self.sbe_totals.get(scope, self.sums.get(f"{scope}_cor"))
+            v[f"ecc_{scope}_uncorrectable"] = unc
+            v[f"ecc_{scope}_correctable"] = cor
+        return QGpu(bus_id=self.bus_id, anomalies=tuple(self.anomalies), **v)
+
+
+def parse_q(lines: Iterable[str], *, source: str = F_Q) -> QFacts:
+    top: dict[str, str] = {}
+    gpus: list[QGpu] = []
+    cur: _QGpuBuilder | None = None
+    stack: list[tuple[int, str]] = []
+    for n, raw in enumerate(lines, 1):
+        line = raw.rstrip()
+        if not line.strip() or line.strip().startswith("="):
+            continue
+        m = _Q_GPU.match(line)
+        if m:
+            if cur is not None:
+                gpus.append(cur.build())
+            cur, stack = _QGpuBuilder(m.group(1)), []
+            continue
+        kv = _Q_KV.match(line)
+        if kv:
+            indent, key, value = len(kv.group(1)), kv.group(2).strip(), kv.group(3).strip()
+        else:
+            sm = _Q_SECTION.match(line)
+            if not sm:
+                continue
+            indent, key, value = len(sm.group(1)), sm.group(2).strip(), None
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = [s for _, s in stack]
+        if value is None:
+            stack.append((indent, key))
+            continue
+        if cur is None:
+            top[key] = value
+            continue
+        ev = Evidence(source=source, line=n, time=None, text=clip(raw))
+        _q_leaf(cur, path, key, value, ev)
+    if cur is not None:
+        gpus.append(cur.build())
+    return QFacts(
+        driver_version=_na(top.get("Driver Version")),
+        cuda_version=_na(top.get("CUDA Version")),
+        attached_gpus=_num(top.get("Attached GPUs")),
+        gpus=tuple(gpus),
+    )
+
+
+def _q_leaf(b: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    section = path[0] if path else ""
+    v = b.v
+    if not path:
+        if key == "Product Name":
+            v["product_name"] = _na(value)
+        elif key == "GPU UUID":
+            v["uuid"] = _na(value)
+        elif key == "GPU Recovery Action":
+            action = _na(value)
+            v["recovery_action"] = action
+            if action and action.lower() != "none":
+                b.anomalies.append(ev)
+        return
+    if section == "ECC Mode" and key == "Current":
+        v["ecc_mode"] = _na(value)
+    elif section == "ECC Errors" and len(path) >= 2 and not any("Sources" in p for p in path):
+        scope = path[1].lower()
+        if scope not in ("volatile", "aggregate"):
+            return
+        count = _num(value)
+        if count is None:
+            return
+        kind = " ".join([*path[2:], key])
+        if "Double Bit" in kind:
+            if key == "Total":
+                b.dbe_totals[scope] = count
+        elif "Single Bit" in kind:
+            if key == "Total":
+                b.sbe_totals[scope] = count
+        elif "Uncorrectable" in kind:
+            b.sums[f"{scope}_unc"] = b.sums.get(f"{scope}_unc", 0) + count
+        elif "Correctable" in kind:
+            b.sums[f"{scope}_cor"] = b.sums.get(f"{scope}_cor", 0) + count
+        if count and ("Double Bit" in kind or "Uncorrectable" in kind) and \
+                (key == "Total" or "Double Bit" not in kind):
+            b.anomalies.append(ev)
+    elif section == "Retired Pages":
+        label = " ".join([*path[1:], key])
+        if label.startswith("Single Bit ECC"):
+            v["retired_pages_sbe"] = _num(value)
+        elif label.startswith("Double Bit ECC"):
+            v["retired_pages_dbe"] = _num(value)
+            if _num(value):
+                b.anomalies.append(ev)
+        elif label.startswith("Pending"):
+            v["retired_pages_pending"] = _yes(value)
+            if _yes(value):
+                b.anomalies.append(ev)
+    elif section == "Remapped Rows" and len(path) == 1:
+        if key == "Correctable Error":
+            v["remapped_rows_correctable"] = _num(value)
+        elif key == "Uncorrectable Error":
+            v["remapped_rows_uncorrectable"] = _num(value)
+        elif key == "Pending":
+            v["remap_pending"] = _yes(value)
+            if _yes(value):
+                b.anomalies.append(ev)
+        elif key == "Remapping Failure Occurred":
+            v["remap_failure"] = _yes(value)
+            if _yes(value):
+                b.anomalies.append(ev)
+    elif section == "GPU Reset Status":
+        if key == "Reset Required":
+            v["reset_required"] = _yes(value)
+        elif key.startswith("Drain and Reset"):
+            v["drain_and_reset_recommended"] = _yes(value)
+        if _yes(value):
+            b.anomalies.append(ev)
+
+
+# --- topo -m ------------------------------------------------------------------------------------
+
+_DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|[a-z][a-z0-9]*_\d+|NVMe\d+)$")
+_LEGEND = re.compile(r"^\s*(X|SYS|NODE|PHB|PXB|PIX|SOC|NV#|PSB|NIC\d+)\s*[=:]\s*(.*)$")
+
+
+def parse_topo(lines: Iterable[str]) -> TopoFacts:
+    header: list[str] = []
+    devices: list[str] = []
+    extra_cols: list[str] = []
+    matrix: dict[str, list[str]] = {}
+    cpu: dict[str, str] = {}
+    numa: dict[str, str] = {}
+    legend: dict[str, str] = {}
+    nic_names: dict[str, str] = {}
+    in_legend = False
+    for raw in lines:
+        line = raw.rstrip()
+        if not line.strip():
+            continue
+        if line.strip().startswith(("Legend", "NIC Legend")):
+            in_legend = True
+            continue
+        if in_legend:
+            m = _LEGEND.match(line)
+            if m:
+                if m.group(1).startswith("NIC"):
+                    nic_names[m.group(1)] = m.group(2).strip()
+                else:
+                    legend[m.group(1)] = m.group(2).strip()
+            continue
+        if not header:
+            cols = [c.strip() for c in re.split(r"\t+", line.strip()) if c.strip()]
+            if len(cols) == 1:
+                cols = line.split()
+            if cols and _DEVICE.match(cols[0]):
+                header = cols
+                devices = [c for c in cols if _DEVICE.match(c)]
+                extra_cols = [c for c in cols if not _DEVICE.match(c)]
+            continue
+        tokens = line.split()
+        if not tokens or tokens[0] not in devices:
+            continue
+        name = tokens[0]
+        values = tokens[1:1 + len(devices)]
+        matrix[name] = values
+        rest = tokens[1 + len(devices):]
+        for col, val in zip(extra_cols, rest, strict=False):
+            if col.startswith("CPU"):
+                cpu[name] = val
+            elif col.startswith("NUMA"):
+                numa[name] = val
+    links: dict[str, str] = {}
+    for i, a in enumerate(devices):
+        row = matrix.get(a, [])
+        for j in range(i + 1, len(devices)):
+            if j < len(row):
+                links[f"{a}-{devices[j]}"] = row[j]
+    gpus = tuple(d for d in devices if d.startswith("GPU"))
+    nics = tuple(nic_names.get(d, d) for d in devices if not d.startswith("GPU"))
+    nv = sum(
+        1 for k, v in links.items()
+        if v.startswith("NV") and all(p.startswith("GPU") for p in k.split("-"))
+    )
+    return TopoFacts(devices=tuple(devices), gpus=gpus, nics=nics, links=links, nvlink_pairs=nv,
+                     cpu_affinity=cpu, numa_affinity=numa, legend=legend)
+
+
+# --- topo -p2p ----------------------------------------------------------------------------------
+
+
+def parse_p2p(lines: Iterable[str], *, source: str = F_P2P_R) -> P2PFacts:
+    gpus: list[str] = []
+    failing: list[P2PFailure] = []
+    statuses: dict[str, int] = {}
+    seen_row = False
+    for n, raw in enumerate(lines, 1):
+        tokens = raw.split()
+        if not tokens:
+            continue
+        if tokens[0].startswith("Legend"):
+            break
+        if not gpus:
+            if all(t.startswith("GPU") for t in tokens):
+                gpus = tokens
+            continue
+        if tokens[0] not in gpus:
+            continue
+        seen_row = True
+        a = tokens[0]
+        for j, status in enumerate(tokens[1:1 + len(gpus)]):
+            b = gpus[j]
+            if a == b or status == "X":
+                continue
+            statuses[status] = statuses.get(status, 0) + 1
+            if status != "OK":
+                failing.append(P2PFailure(source=source, line=n, time=None, text=clip(raw),
+                                          a=a, b=b, status=status))
+    return P2PFacts(gpus=tuple(gpus), all_ok=(not failing) if seen_row else None,
+                    failing=tuple(failing), statuses=statuses)
+
+
+# --- nvlink --status ----------------------------------------------------------------------------
+
+_NV_LINK = re.compile(r"^\s+Link (\d+): (.*)$")
+
+
+def parse_nvlink(lines: Iterable[str]) -> NvLinkFacts:
+    gpu = -1
+    gpus = 0
+    links: list[NvLink] = []
+    for raw in lines:
+        m = _L.match(raw.rstrip())
+        if m:
+            gpu, gpus = int(m.group(1)), gpus + 1
+            continue
+        lm = _NV_LINK.match(raw)
+        if lm and gpu >= 0:
+            value = lm.group(2).strip()
+            sm = re.match(r"^([\d.]+) GB/s", value)
+            speed = float(sm.group(1)) if sm else None
+            links.append(NvLink(gpu, int(lm.group(1)), speed,
+                                active=speed is not None and speed > 0))
+    active = sum(1 for link in links if link.active)
+    return NvLinkFacts(gpus=gpus, links=tuple(links), active_links=active, present=active > 0)
+
+
+# --- adapter ------------------------------------------------------------------------------------
+
+
+def _exit(files: Files) -> tuple[int | None, str | None]:
+    """The most telling non-zero exit among the nvidia-smi files (15 > 9 > others)."""
+    names = [k for k in files if k.startswith("nvidia-smi")]
+    codes = [files[k].exited for k in names if is_collected(files[k])
+             and files[k].exited not in (0, None)]
+    if not codes:
+        return None, None
+    pick = 15 if 15 in codes else 9 if 9 in codes else codes[0]
+    return pick, EXIT_CODES.get(pick or -1, "unknown exit code")
+
+
+@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
+def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
+    def ok(name: str) -> str | None:
+        r = files.get(name)
+        return r.stdout if is_collected(r) and r.exited in (0, None) else None
+
+    out: dict[str, Any] = {}
+    code, meaning = _exit(files)
+    out["exit_code"] = code
+    out["exit_meaning"] = meaning
+    out["driver_loaded"] = False if code == 9 else (True if any(
+        ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
+    out["gpu_lost"] = code == 15
+    text = ok(F_L)
+    listed = parse_list(iter_lines(text)) if text is not None else ()
+    out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}
+    text = ok(F_QUERY)
+    query = parse_query(iter_lines(text)) if text is not None else ()
+    out["query"] = {"collected": text is not None, "gpus": to_jsonable(query)}
+    out["gpu_count"] = len(listed) if listed else (len(query) if query else None)
+    out["driver_version"] = next((g.driver_version for g in query if g.driver_version), None)
+    text = ok(F_Q)
+    if text is not None:
+        q = parse_q(iter_lines(text))
+        out["q"] = {"collected": True, **to_jsonable(q)}
+        out["driver_version"] = out["driver_version"] or q.driver_version
+        out["uncorrectable_ecc_volatile"] = sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus)
+        out["uncorrectable_ecc_aggregate"] = sum(
+            g.ecc_aggregate_uncorrectable or 0 for g in q.gpus)
+        out["remap_pending"] = any(g.remap_pending for g in q.gpus)
+        out["remap_failure"] = any(g.remap_failure for g in q.gpus)
+        out["retired_pages_pending"] = any(g.retired_pages_pending for g in q.gpus)
+        out["recovery_actions"] = [
+            {"bus_id": g.bus_id, "action": g.recovery_action} for g in q.gpus
+            if g.recovery_action and g.recovery_action.lower() != "none"
+        ]
+        out["faulty_gpus"] = [g.bus_id for g in q.gpus if g.faulty]
+        out["anomalies"] = [to_jsonable(e) for g in q.gpus for e in g.anomalies]
+    else:
+        out["q"] = {"collected": False}
+    text = ok(F_TOPO)
+    out["topo"] = ({"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
+                   if text is not None else {"collected": False})
+    p2p: dict[str, P2PFacts] = {}
+    for key, name in (("p2p_read", F_P2P_R), ("p2p_write", F_P2P_W)):
+        text = ok(name)
+        if text is not None:
+            p2p[key] = parse_p2p(iter_lines(text), source=name)
+            out[key] = {"collected": True, **to_jsonable(p2p[key])}
+        else:
+            out[key] = {"collected": False}
+    oks = [f.all_ok for f in p2p.values()]
+    out["p2p_all_ok"] = None if not oks or None in oks else all(oks)
+    out["p2p_failing"] = [to_jsonable(x) for f in p2p.values() for x in f.failing]
+    text = ok(F_NVLINK)
+    out["nvlink"] = ({"collected": True, **to_jsonable(parse_nvlink(iter_lines(text)))}
+                     if text is not None else {"collected": False})
+    out["collected"] = any(
+        is_collected(files.get(n)) for n in (F_L, F_QUERY, F_Q, F_TOPO, F_P2P_R, F_P2P_W, F_NVLINK)
+    )
+    return out

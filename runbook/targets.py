@@ -1,0 +1,79 @@
+"""`--target` strings to transports: `local`, `ssh://[user@]host[:port]`, `kubectl://NS/POD`,
+`replay://BUNDLE`; `--nsenter[=PID]` wraps any of them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runbook.errors import UsageError
+from runbook.transports.base import Transport
+from runbook.transports.local import LocalTransport
+from runbook.transports.nsenter import KubectlTransport, NsenterTransport, parse_kubectl_target
+from runbook.transports.replay import ReplayTransport
+from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    identities: tuple[Path, ...] = ()
+    known_hosts: Path | None = None
+    accept_new_host_keys: bool = False
+    jump: str | None = None
+    connect_timeout: float = 10.0
+    nsenter: int | None = None
+    kubectl: str = "kubectl"
+    kube_context: str | None = None
+    container: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+def scheme_of(target: str) -> str:
+    if target == "local":
+        return "local"
+    for scheme in ("ssh", "kubectl", "replay"):
+        if target.startswith(f"{scheme}://"):
+            return scheme
+    raise UsageError(
+        f"unknown target {target!r}: use local, ssh://[user@]host[:port], "
+        "kubectl://NAMESPACE/POD or replay://BUNDLE"
+    )
+
+
+def open_target(target: str, options: TargetOptions | None = None) -> Transport:
+    """Open (connect to) a target; raises TargetError if it cannot be used."""
+    options = options or TargetOptions()
+    scheme = scheme_of(target)
+    rest = target.split("://", 1)[1] if "://" in target else ""
+    transport: Transport
+    if scheme == "local":
+        transport = LocalTransport()
+    elif scheme == "ssh":
+        ssh_options = SSHOptions(
+            identities=options.identities,
+            accept_new_host_keys=options.accept_new_host_keys,
+            jump=SSHAddress.parse(options.jump) if options.jump else None,
+            connect_timeout=options.connect_timeout,
+            **({"known_hosts": options.known_hosts} if options.known_hosts else {}),
+        )
+        transport = SSHTransport(SSHAddress.parse(rest), ssh_options)
+    elif scheme == "kubectl":
+        namespace, pod = parse_kubectl_target(rest)
+        # the node agent is entered with nsenter always; --nsenter only changes the PID
+        return KubectlTransport(
+            namespace,
+            pod,
+            container=options.container,
+            context=options.kube_context,
+            kubectl=options.kubectl,
+            nsenter_pid=options.nsenter or 1,
+        )
+    else:
+        if not rest:
+            raise UsageError("replay target needs a bundle: replay://PATH")
+        if options.nsenter is not None:
+            raise UsageError("--nsenter makes no sense with replay://")
+        return ReplayTransport(rest)
+    if options.nsenter is not None:
+        transport = NsenterTransport(transport, options.nsenter)
+    return transport

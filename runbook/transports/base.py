@@ -1,0 +1,91 @@
+"""What every transport is: one method, `run(probe) -> CommandResult`, plus `close()`.
+
+A transport runs one shell command (already rendered and quoted by templating.py) and returns
+what happened as data. A non-zero exit, a timeout or a dropped channel is a result, not an
+exception; only a target that cannot be used at all (unreachable, refused key) raises a
+TargetError, and that happens when the transport is opened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+#: Bound on what one command may return per stream; the rest is dropped and `truncated` set.
+MAX_CAPTURE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One command to run: `name` is its bundle file name (e.g. `dmesg.txt`)."""
+
+    name: str
+    command: str
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one probe produced. `exited` is None when no exit status came back."""
+
+    name: str
+    command: str
+    stdout: str = ""
+    stderr: str = ""
+    exited: int | None = None
+    duration: float = 0.0
+    timed_out: bool = False
+    truncated: bool = False
+    #: a transport-level failure (channel dropped, could not start); None when it ran
+    error: str | None = None
+    #: False when the evidence is absent (a replayed bundle lacks the file)
+    collected: bool = True
+    extra: dict[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.collected and self.error is None and not self.timed_out and self.exited == 0
+
+    @property
+    def not_found(self) -> bool:
+        """The command does not exist on the target (shell exit 127): evidence of nothing."""
+        return self.exited == 127
+
+    @property
+    def failure(self) -> str | None:
+        """Why this is not evidence, or None. A non-zero exit alone is evidence, not failure."""
+        if not self.collected:
+            return "not collected"
+        if self.timed_out:
+            return f"timed out after {self.duration:.1f}s"
+        if self.error:
+            return self.error
+        if self.exited == 127:
+            return "command not found"
+        if self.exited == 126 or (self.exited not in (0, None) and "Permission denied" in self.stderr):
+            return "permission denied"
+        return None
+
+    def tail(self, lines: int = 5) -> str:
+        return "\n".join((self.stdout or self.stderr).splitlines()[-lines:])
+
+    def __repr__(self) -> str:
+        state = "timeout" if self.timed_out else self.error or f"exit {self.exited}"
+        return f"<CommandResult {self.name} {state} {len(self.stdout)}B>"
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Runs probes on one target; safe to call `run` from several threads at once."""
+
+    #: a short description for reports, e.g. `ssh://root@10.0.0.2:22`
+    description: str
+
+    def run(self, probe: Probe) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+def decode(data: bytes) -> str:
+    """Evidence is mostly UTF-8 but kernel logs carry anything; never fail to decode."""
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,114 @@
+"""`--nsenter[=PID]` and `kubectl://NAMESPACE/POD`: the article's way into a node's host
+namespaces from a privileged agent. The argv/command builders are pure and tested alone."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+
+from runbook.errors import UnreachableError, UsageError
+from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.transports.local import run_argv
+
+NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
+
+
+def nsenter_argv(command: str, pid: int = 1) -> list[str]:
+    """`nsenter --target PID --mount --uts --ipc --net --pid -- /bin/sh -c COMMAND`."""
+    if pid < 1:
+        raise UsageError(f"--nsenter PID must be a positive process id, not {pid}")
+    return ["nsenter", "--target", str(pid), *NAMESPACES, "--", "/bin/sh", "-c", command]
+
+
+def nsenter_command(command: str, pid: int = 1) -> str:
+    """The same as one shell command line (every word quoted), for a shell transport."""
+    return shlex.join(nsenter_argv(command, pid))
+
+
+class NsenterTransport:
+    """Wraps another transport so every probe runs inside PID's namespaces."""
+
+    def __init__(self, inner: Transport, pid: int = 1) -> None:
+        nsenter_argv("true", pid)  # validates pid
+        self.inner = inner
+        self.pid = pid
+        self.description = f"{inner.description} (nsenter --target {pid})"
+
+    def run(self, probe: Probe) -> CommandResult:
+        result = self.inner.run(replace(probe, command=nsenter_command(probe.command, self.pid)))
+        # reports show what the runbook asked for; the wrapper is the transport's business
+        return replace(result, command=probe.command, extra={"wrapped": "nsenter"})
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def kubectl_exec_argv(
+    namespace: str,
+    pod: str,
+    command: str,
+    *,
+    container: str | None = None,
+    context: str | None = None,
+    kubectl: str = "kubectl",
+    nsenter_pid: int | None = 1,
+) -> list[str]:
+    """`kubectl exec -n NS POD [-c C] -- nsenter --target 1 … -- /bin/sh -c COMMAND`."""
+    argv = [kubectl]
+    if context:
+        argv += ["--context", context]
+    argv += ["exec", "-n", namespace, pod]
+    if container:
+        argv += ["-c", container]
+    argv.append("--")
+    if nsenter_pid is None:
+        argv += ["/bin/sh", "-c", command]
+    else:
+        argv += nsenter_argv(command, nsenter_pid)
+    return argv
+
+
+def parse_kubectl_target(text: str) -> tuple[str, str]:
+    """`NAMESPACE/POD` (the part after `kubectl://`)."""
+    parts = text.strip("/").split("/")
+    if len(parts) != 2 or not all(parts):
+        raise UsageError(f"kubectl target must be kubectl://NAMESPACE/POD, not kubectl://{text}")
+    return parts[0], parts[1]
+
+
+class KubectlTransport:
+    """Runs each probe through `kubectl exec` into a privileged node-agent pod, nsenter implied
+    (the pod's PID 1 namespace view is the container's; nsenter reaches the host's)."""
+
+    def __init__(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        context: str | None = None,
+        kubectl: str = "kubectl",
+        nsenter_pid: int | None = 1,
+        check_timeout: float = 20.0,
+    ) -> None:
+        self.namespace, self.pod = namespace, pod
+        self._argv = lambda command: kubectl_exec_argv(
+            namespace,
+            pod,
+            command,
+            container=container,
+            context=context,
+            kubectl=kubectl,
+            nsenter_pid=nsenter_pid,
+        )
+        self.description = f"kubectl://{namespace}/{pod}"
+        probe = self.run(Probe("(connect)", "true", timeout=check_timeout))
+        if not probe.ok:
+            why = probe.failure or (probe.stderr.strip().splitlines() or [f"exit {probe.exited}"])[-1]
+            raise UnreachableError(f"{self.description}: kubectl exec failed: {why}")
+
+    def run(self, probe: Probe) -> CommandResult:
+        return run_argv(self._argv(probe.command), probe.name, probe.command, probe.timeout)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,305 @@
+"""`--target ssh://[user@]host[:port]`: paramiko, one connection per host, one channel per probe.
+
+Trust: the server's host key must match known_hosts (`--known-hosts`, default
+~/.ssh/known_hosts). An unknown key is refused with its fingerprint unless the user opted in with
+`--accept-new-host-keys` (then it is appended, like OpenSSH's `accept-new`); a changed key is
+always refused.
+
+Timeouts really stop the remote command: every probe is started as
+``printf '__RBK_PGID=%s\\n' "$$" >&2; exec /bin/sh -c CMD``. sshd makes the session's shell a
+session and process-group leader, so `$$` names the group of everything CMD starts; on a timeout
+a second channel on the same connection sends TERM, then KILL, to that group before the probe's
+channel is closed. (Closing a channel without a PTY does not signal the remote process.)
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+import select
+import shlex
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+
+from runbook.errors import (
+    AuthenticationError,
+    HostKeyError,
+    UnreachableError,
+    UsageError,
+)
+from runbook.transports.base import CommandResult, Probe, decode
+from runbook.transports.capture import BoundedBuffer
+
+log = logging.getLogger(__name__)
+
+_PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
+_SSH_URL = re.compile(r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>\[[^\]]+\]|[^@/:\s\[\]]+)(?::(?P<port>\d+))?$")
+
+
+@dataclass(frozen=True)
+class SSHAddress:
+    host: str
+    port: int = 22
+    user: str = "root"
+
+    @classmethod
+    def parse(cls, text: str, *, default_user: str = "root") -> SSHAddress:
+        """`[user@]host[:port]` (an IPv6 host in brackets)."""
+        match = _SSH_URL.match(text.strip())
+        if not match:
+            raise UsageError(f"not an SSH address: {text!r} (expected [user@]host[:port])")
+        port = int(match.group("port") or 22)
+        if not 0 < port < 65536:
+            raise UsageError(f"bad SSH port in {text!r}")
+        host = match.group("host").strip("[]")
+        return cls(host=host, port=port, user=match.group("user") or default_user)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"ssh://{self.user}@{host}:{self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    known_hosts: Path = field(default_factory=lambda: Path.home() / ".ssh" / "known_hosts")
+    identities: tuple[Path, ...] = ()
+    accept_new_host_keys: bool = False
+    jump: SSHAddress | None = None
+    connect_timeout: float = 10.0
+    allow_agent: bool = True
+    #: sshd's default MaxSessions is 10; stay under it
+    max_channels: int = 8
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """`SHA256:…` as `ssh-keygen -lf` prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Refuse unknown keys (one clear error with the fingerprint) or, when the user opted in,
+    record them in known_hosts."""
+
+    def __init__(self, options: SSHOptions, address: SSHAddress) -> None:
+        self.options = options
+        self.address = address
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        fp = fingerprint(key)
+        if not self.options.accept_new_host_keys:
+            raise HostKeyError(
+                f"{self.address}: host key {key.get_name()} {fp} is not in "
+                f"{self.options.known_hosts}; check it and re-run with --accept-new-host-keys",
+                host=hostname,
+                fingerprint=fp,
+            )
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        path = self.options.known_hosts
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with path.open("a", encoding="ascii") as handle:
+            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        path.chmod(0o600)
+        log.info("added host key %s %s for %s to %s", key.get_name(), fp, hostname, path)
+
+
+def _connect(
+    address: SSHAddress, options: SSHOptions, sock: paramiko.Channel | None = None
+) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    if options.known_hosts.exists():
+        try:
+            client.load_host_keys(str(options.known_hosts))
+        except (OSError, paramiko.SSHException) as exc:
+            raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
+    client.set_missing_host_key_policy(_HostKeyPolicy(options, address))
+    try:
+        client.connect(
+            address.host,
+            port=address.port,
+            username=address.user,
+            key_filename=[str(p) for p in options.identities] or None,
+            allow_agent=options.allow_agent,
+            look_for_keys=not options.identities,
+            timeout=options.connect_timeout,
+            banner_timeout=options.connect_timeout,
+            auth_timeout=options.connect_timeout,
+            channel_timeout=options.connect_timeout,
+            sock=sock,
+        )
+    except HostKeyError:
+        client.close()
+        raise
+    except paramiko.BadHostKeyException as exc:
+        client.close()
+        raise HostKeyError(
+            f"{address}: host key CHANGED: known_hosts has {fingerprint(exc.expected_key)}, "
+            f"the server offers {exc.key.get_name()} {fingerprint(exc.key)}; refusing "
+            f"(if the host was rebuilt, remove its line from {options.known_hosts})",
+            host=address.host,
+            fingerprint=fingerprint(exc.key),
+        ) from None
+    except paramiko.AuthenticationException as exc:
+        client.close()
+        raise AuthenticationError(f"{address}: authentication failed ({exc})") from None
+    except socket.gaierror as exc:
+        client.close()
+        raise UnreachableError(f"{address}: cannot resolve {address.host}: {exc.strerror}") from None
+    except TimeoutError:
+        client.close()
+        raise UnreachableError(
+            f"{address}: timed out after {options.connect_timeout:g}s connecting"
+        ) from None
+    except paramiko.ssh_exception.NoValidConnectionsError as exc:
+        client.close()
+        reasons = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
+        raise UnreachableError(f"{address}: cannot connect: {reasons}") from None
+    except (OSError, paramiko.SSHException, EOFError) as exc:
+        client.close()
+        raise UnreachableError(f"{address}: {exc or type(exc).__name__}") from None
+    transport = client.get_transport()
+    if transport is not None:
+        transport.set_keepalive(15)
+    return client
+
+
+def wrap_for_pgid(command: str) -> str:
+    """The remote form of a probe: report the process group first, then run it."""
+    return "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+
+
+class SSHTransport:
+    """One paramiko connection to one host; `run` is safe from several threads."""
+
+    def __init__(self, address: SSHAddress, options: SSHOptions | None = None) -> None:
+        self.address = address
+        self.options = options or SSHOptions()
+        self.description = str(address)
+        self._jump: paramiko.SSHClient | None = None
+        sock = None
+        if self.options.jump is not None:
+            self._jump = _connect(self.options.jump, self.options)
+            jump_transport = self._jump.get_transport()
+            assert jump_transport is not None
+            try:
+                sock = jump_transport.open_channel(
+                    "direct-tcpip",
+                    (address.host, address.port),
+                    ("127.0.0.1", 0),
+                    timeout=self.options.connect_timeout,
+                )
+            except (paramiko.SSHException, OSError) as exc:
+                self._jump.close()
+                raise UnreachableError(
+                    f"{address}: the jump host {self.options.jump} cannot reach it: {exc}"
+                ) from None
+        try:
+            self._client = _connect(address, self.options, sock)
+        except BaseException:
+            if self._jump is not None:
+                self._jump.close()
+            raise
+        self._slots = threading.BoundedSemaphore(self.options.max_channels)
+
+    def _transport(self) -> paramiko.Transport:
+        transport = self._client.get_transport()
+        if transport is None or not transport.is_active():
+            raise OSError("connection lost")
+        return transport
+
+    def run(self, probe: Probe) -> CommandResult:
+        start = time.monotonic()
+        with self._slots:
+            try:
+                channel = self._transport().open_session(timeout=self.options.connect_timeout)
+                channel.exec_command(wrap_for_pgid(probe.command))
+            except (OSError, paramiko.SSHException, EOFError) as exc:
+                return CommandResult(
+                    probe.name,
+                    probe.command,
+                    error=f"could not start: {exc or type(exc).__name__}",
+                    duration=time.monotonic() - start,
+                )
+            try:
+                return self._read(channel, probe, start)
+            finally:
+                channel.close()
+
+    def _read(self, channel: paramiko.Channel, probe: Probe, start: float) -> CommandResult:
+        out, err = BoundedBuffer(), BoundedBuffer()
+        deadline = start + probe.timeout
+        timed_out = False
+        error = None
+        while True:
+            if channel.recv_ready():
+                out.feed(channel.recv(65536))
+                continue
+            if channel.recv_stderr_ready():
+                err.feed(channel.recv_stderr(65536))
+                continue
+            if channel.exit_status_ready():
+                break
+            if channel.closed or (channel.eof_received and not self._is_active()):
+                error = "connection lost before the command finished"
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            select.select([channel], [], [], min(remaining, 0.5))
+        raw_err = err.getvalue()
+        mark = _PGID_MARK.match(raw_err)
+        if mark:
+            raw_err = raw_err[mark.end() :]
+        if timed_out and mark:
+            self._kill_group(int(mark.group(1)))
+        return CommandResult(
+            name=probe.name,
+            command=probe.command,
+            stdout=decode(out.getvalue()),
+            stderr=decode(raw_err),
+            exited=None if timed_out or error else channel.recv_exit_status(),
+            duration=time.monotonic() - start,
+            timed_out=timed_out,
+            truncated=out.truncated or err.truncated,
+            error=error,
+        )
+
+    def _is_active(self) -> bool:
+        transport = self._client.get_transport()
+        return transport is not None and transport.is_active()
+
+    def _kill_group(self, pgid: int) -> None:
+        """Stop a timed-out command's whole process group from a second channel."""
+        command = (
+            f"kill -TERM -- -{pgid} 2>/dev/null; i=0; "
+            f"while kill -0 -- -{pgid} 2>/dev/null && [ $i -lt 10 ]; do sleep 0.05; i=$((i+1)); done; "
+            f"kill -KILL -- -{pgid} 2>/dev/null; true"
+        )
+        try:
+            channel = self._transport().open_session(timeout=self.options.connect_timeout)
+            try:
+                channel.exec_command(command)
+                deadline = time.monotonic() + 5
+                while not channel.exit_status_ready() and time.monotonic() < deadline:
+                    select.select([channel], [], [], 0.2)
+            finally:
+                channel.close()
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            log.warning("%s: could not stop timed-out process group %d: %s", self.address, pgid, exc)
+
+    def close(self) -> None:
+        self._client.close()
+        if self._jump is not None:
+            self._jump.close()

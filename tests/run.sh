@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need (Debian packages,
+# a virtualenv with the project and its test tools), then lint, types and pytest.
+# Usage: bash tests/run.sh [pytest args]      (as root: the tests create network namespaces)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$python" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+
+echo "== ruff"
+.venv/bin/ruff check runbook tests benchmarks
+echo "== mypy"
+.venv/bin/mypy
+echo "== pytest"
+exec .venv/bin/python -m pytest "$@"

@@ -1,0 +1,148 @@
+"""The conductor walks, branches, records and serialises; the verdict names the earliest cause."""
+
+from __future__ import annotations
+
+import json
+
+from runbook.conductor import Conductor, Status
+from runbook.diagnosis import build_verdict
+from runbook.spec.models import END, Collect, Remedy, Rule, RuleOut, Runbook, Stage
+from runbook.transports.base import CommandResult
+
+
+def _result(name: str, stdout: str = "", exited: int | None = 0, **kw: object) -> CommandResult:
+    return CommandResult(name, "cmd", stdout=stdout, exited=exited, **kw)  # type: ignore[arg-type]
+
+
+def _runbook() -> Runbook:
+    return Runbook(
+        id="t",
+        title="t",
+        vars={"threshold": 1},
+        stages=(
+            Stage(
+                "gpu",
+                "GPU",
+                collect=(Collect("gpu.txt", "nvidia-smi"),),
+                parse=("keyvalue",),
+                decide=(
+                    Rule(
+                        when="facts.keyvalue.xid > threshold",
+                        finding="Xid {{ facts.keyvalue.xid }}",
+                        cause="gpu-hardware",
+                        evidence="facts.keyvalue.ev",
+                        propose=("drain",),
+                        next="nccl",
+                    ),
+                    Rule(rule_out=(RuleOut("gpu-hardware", "no Xid"),)),
+                ),
+            ),
+            Stage(
+                "memory",
+                "memory",
+                collect=(Collect("mem.txt", "cat x"),),
+                parse=("keyvalue",),
+                decide=(
+                    Rule(when="facts.keyvalue.oom > 0", finding="oom", cause="host-memory-oom"),
+                ),
+            ),
+            Stage("nccl", "NCCL", decide=(Rule(next=END),)),
+            Stage("never", "never"),
+        ),
+        remedies=(
+            Remedy(
+                "drain",
+                "node-drain",
+                "Drain",
+                summary="drain {{ node_name }}",
+                params={"node": "{{ node_name }}"},
+            ),
+        ),
+    )
+
+
+def test_a_matching_rule_records_its_finding_and_routes_past_the_next_stage() -> None:
+    conductor = Conductor(_runbook(), {"node_name": "n1"})
+    assert conductor.next_stage().id == "gpu"  # type: ignore[union-attr]
+    record = conductor.record(
+        "gpu", {"gpu.txt": _result("gpu.txt", "xid=79")}, {"keyvalue": {"xid": 79}}
+    )
+    assert record.status is Status.ANOMALY
+    assert [f.text for f in record.findings] == ["Xid 79"]
+    assert conductor.current == "nccl"
+    assert record.reason.startswith("rule 1")
+    conductor.record("nccl", {}, {})
+    assert conductor.done
+    verdict = build_verdict(conductor, node="n1")
+    assert verdict["root_cause"] == "gpu-hardware"
+    statuses = {s["id"]: s["status"] for s in verdict["stages"]}
+    assert statuses == {"gpu": "anomaly", "memory": "skipped", "nccl": "ok", "never": "skipped"}
+    assert verdict["proposals"][0]["kind"] == "node-drain"
+    assert verdict["proposals"][0]["params"] == {"node": "n1"}
+    assert verdict["proposals"][0]["requires_approval"] is True
+
+
+def test_no_matching_route_falls_through_and_rule_outs_are_kept() -> None:
+    conductor = Conductor(_runbook())
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt", "xid=0")}, {"keyvalue": {"xid": 0}})
+    assert conductor.current == "memory"
+    conductor.record("memory", {"mem.txt": _result("mem.txt")}, {"keyvalue": {"oom": 0}})
+    conductor.record("nccl", {}, {})
+    verdict = build_verdict(conductor, node="n")
+    assert verdict["root_cause"] == "healthy"
+    assert verdict["ruled_out"] == [{"cause": "gpu-hardware", "because": "no Xid"}]
+
+
+def test_the_earliest_timed_finding_is_the_root_cause_not_the_first_stage() -> None:
+    conductor = Conductor(_runbook())
+    late = {"source": "dmesg.txt", "line": 90, "time": "2026-03-04T10:12:31+00:00", "text": "x"}
+    conductor.record(
+        "gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 79, "ev": late}}
+    )
+    # route went to nccl; walk a second conductor that sees memory first with an earlier time
+    c2 = Conductor(_runbook())
+    c2.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 0}})
+    c2.record("memory", {"mem.txt": _result("mem.txt")}, {"keyvalue": {"oom": 1}})
+    c2.records["memory"].findings[0].evidence = [
+        {"source": "dmesg.txt", "line": 10, "time": "2026-03-04T10:12:01+00:00"}
+    ]
+    c2.records["gpu"].findings.append(
+        type(c2.records["memory"].findings[0])("gpu", "Xid 79", "gpu-hardware", [late])
+    )
+    verdict = build_verdict(c2, node="n")
+    assert verdict["root_cause"] == "host-memory-oom"
+    assert verdict["first_anomaly"]["line"] == 10
+
+
+def test_failed_probes_make_the_stage_an_error_and_the_verdict_inconclusive() -> None:
+    conductor = Conductor(_runbook())
+    conductor.record(
+        "gpu",
+        {"gpu.txt": _result("gpu.txt", exited=None, timed_out=True, duration=5.0)},
+        {"keyvalue": {}},
+    )
+    assert conductor.records["gpu"].status is Status.ERROR
+    conductor.record("memory", {"mem.txt": _result("mem.txt", exited=127)}, {"keyvalue": {}})
+    assert conductor.records["memory"].status is Status.NOT_COLLECTED
+    conductor.record("nccl", {}, {})
+    verdict = build_verdict(conductor, node="n")
+    assert verdict["root_cause"] == "inconclusive"
+    collect_more = [p for p in verdict["proposals"] if p["kind"] == "collect-more"]
+    assert collect_more and collect_more[0]["params"]["stages"] == ["gpu", "memory"]
+
+
+def test_an_expression_that_fails_is_a_stage_error_and_the_walk_goes_on() -> None:
+    conductor = Conductor(_runbook())
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": "text"}})
+    assert any("rule 1" in e for e in conductor.records["gpu"].errors)
+    assert conductor.current == "memory"
+
+
+def test_state_round_trips_through_json() -> None:
+    conductor = Conductor(_runbook())
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 79}})
+    state = json.loads(json.dumps(conductor.to_state()))
+    again = Conductor(_runbook(), state=state)
+    assert again.current == "nccl"
+    assert again.records["gpu"].findings[0].text == "Xid 79"
+    assert again.facts() == conductor.facts()
