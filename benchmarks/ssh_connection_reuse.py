@@ -73,8 +73,10 @@ def main() -> int:
     print(f"  runbook run (new process, guided):  {_median(cli_s)}")
     print(f"  engine in-process (connect + walk): {_median(engine_s)}")
     print(f"  10 separate ssh invocations:        {_median(ssh_s)}")
-    print(f"  speed-up vs ssh: CLI {statistics.median(ssh_s) / statistics.median(cli_s):.1f}x, "
-          f"engine {statistics.median(ssh_s) / statistics.median(engine_s):.1f}x")
+    print(
+        f"  speed-up vs ssh: CLI {statistics.median(ssh_s) / statistics.median(cli_s):.1f}x, "
+        f"engine {statistics.median(ssh_s) / statistics.median(engine_s):.1f}x"
+    )
     return 0
 
 

@@ -101,7 +101,9 @@ def parse_meta(text: str, source: str = "bundle.yaml") -> BundleMeta:
 class Bundle:
     """A bundle directory opened for reading (a `.tar.gz` is unpacked to a private temp dir)."""
 
-    def __init__(self, root: Path, meta: BundleMeta, cleanup: tempfile.TemporaryDirectory[str] | None):
+    def __init__(
+        self, root: Path, meta: BundleMeta, cleanup: tempfile.TemporaryDirectory[str] | None
+    ):
         self.root = root
         self.meta = meta
         self._cleanup = cleanup
@@ -167,21 +169,25 @@ class Bundle:
         """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
         format that the live probe prints, so both split the same way."""
         safe_member_name(pattern)
-        matches = sorted(p for p in self.root.glob(pattern) if p.is_file() and p.suffix not in (".rc", ".err"))
+        matches = sorted(
+            p for p in self.root.glob(pattern) if p.is_file() and p.suffix not in (".rc", ".err")
+        )
         if not matches:
             return CommandResult(pattern, command, collected=False)
         parts = []
         for path in matches:
             rel = path.relative_to(self.root).as_posix()
             text = path.read_bytes().decode("utf-8", errors="replace")
-            parts.append(f"==> {rel} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n"))
+            parts.append(
+                f"==> {rel} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n")
+            )
         return CommandResult(pattern, command, stdout="\n".join(parts), exited=0)
 
     def names(self) -> list[str]:
         """Every evidence file in the bundle (not bundle.yaml, .rc or .err)."""
         found = []
         for path in sorted(self.root.rglob("*")):
-            if not path.is_file() or path.name == "bundle.yaml" and path.parent == self.root:
+            if not path.is_file() or (path.name == "bundle.yaml" and path.parent == self.root):
                 continue
             if path.suffix in (".rc", ".err"):
                 continue
@@ -270,8 +276,16 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
             safe_member_name(name)
         except BundleError:
             continue
-        split.append(CommandResult(name, result.command, stdout=text, exited=result.exited,
-                                   duration=result.duration, truncated=result.truncated))
+        split.append(
+            CommandResult(
+                name,
+                result.command,
+                stdout=text,
+                exited=result.exited,
+                duration=result.duration,
+                truncated=result.truncated,
+            )
+        )
     return split
 
 
@@ -285,7 +299,9 @@ def write_result(root: Path, result: CommandResult) -> None:
     _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
     err = result.stderr
     if result.failure and result.failure not in err:
-        err = (err + ("\n" if err and not err.endswith("\n") else "") + f"runbook: {result.failure}\n")
+        err = (
+            err + ("\n" if err and not err.endswith("\n") else "") + f"runbook: {result.failure}\n"
+        )
     if err:
         _atomic_write(path.with_name(path.name + ".err"), err.encode("utf-8", errors="replace"))
 
@@ -305,5 +321,11 @@ def now_iso() -> str:
 
 
 def context_of(meta: BundleMeta) -> Mapping[str, Any]:
-    return {"node": meta.node, "collected_at": meta.collected_at, "page_size": meta.page_size,
-            "labels": meta.labels, "pod": meta.pod, "namespace": meta.namespace}
+    return {
+        "node": meta.node,
+        "collected_at": meta.collected_at,
+        "page_size": meta.page_size,
+        "labels": meta.labels,
+        "pod": meta.pod,
+        "namespace": meta.namespace,
+    }

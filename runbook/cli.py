@@ -66,20 +66,51 @@ def _new_run_dir(runbook_id: str, root: Path | None) -> Path:
 def target_options(func: F) -> F:
     """Flags shared by every command that opens a target."""
     decorators = [
-        click.option("--identity", "-i", "identities", multiple=True, type=click.Path(dir_okay=False),
-                     help="SSH private key (repeatable); default: the agent and ~/.ssh keys."),
-        click.option("--known-hosts", type=click.Path(dir_okay=False),
-                     help="known_hosts file to verify host keys (default ~/.ssh/known_hosts)."),
-        click.option("--accept-new-host-keys", is_flag=True,
-                     help="Trust and record a host key seen for the first time (a changed key "
-                          "is still refused)."),
-        click.option("--jump", metavar="[USER@]HOST[:PORT]", help="SSH bastion to reach the target through."),
-        click.option("--connect-timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-                     help="Seconds to connect and authenticate."),
-        click.option("--nsenter", type=click.IntRange(min=1), is_flag=False, flag_value=1, default=None,
-                     metavar="[PID]", help="Run every command inside PID's namespaces "
-                     "(nsenter --target PID --mount --uts --ipc --net --pid); --nsenter alone means PID 1."),
-        click.option("--kubectl", default="kubectl", show_default=True, help="kubectl binary for kubectl:// targets."),
+        click.option(
+            "--identity",
+            "-i",
+            "identities",
+            multiple=True,
+            type=click.Path(dir_okay=False),
+            help="SSH private key (repeatable); default: the agent and ~/.ssh keys.",
+        ),
+        click.option(
+            "--known-hosts",
+            type=click.Path(dir_okay=False),
+            help="known_hosts file to verify host keys (default ~/.ssh/known_hosts).",
+        ),
+        click.option(
+            "--accept-new-host-keys",
+            is_flag=True,
+            help="Trust and record a host key seen for the first time (a changed key "
+            "is still refused).",
+        ),
+        click.option(
+            "--jump", metavar="[USER@]HOST[:PORT]", help="SSH bastion to reach the target through."
+        ),
+        click.option(
+            "--connect-timeout",
+            type=click.FloatRange(min=0.1),
+            default=10.0,
+            show_default=True,
+            help="Seconds to connect and authenticate.",
+        ),
+        click.option(
+            "--nsenter",
+            type=click.IntRange(min=1),
+            is_flag=False,
+            flag_value=1,
+            default=None,
+            metavar="[PID]",
+            help="Run every command inside PID's namespaces "
+            "(nsenter --target PID --mount --uts --ipc --net --pid); --nsenter alone means PID 1.",
+        ),
+        click.option(
+            "--kubectl",
+            default="kubectl",
+            show_default=True,
+            help="kubectl binary for kubectl:// targets.",
+        ),
         click.option("--context", "kube_context", help="kubectl context for kubectl:// targets."),
     ]
     for decorator in reversed(decorators):
@@ -134,24 +165,52 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Start with:  runbook demo
     """
     ctx.obj = {"debug": debug}
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     # paramiko logs a traceback for each failed banner; our errors say it in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
 @cli.command()
 @click.argument("runbook_ref", metavar="RUNBOOK")
-@click.option("--target", "-t", required=True,
-              help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | replay://BUNDLE")
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE", help="Set a runbook variable (repeatable).")
-@click.option("--no-input", is_flag=True, help="Never prompt (cron, CI); proposals are only listed.")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Where to keep this run's artifacts.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--verbose", "-v", is_flag=True, help="Show the first lines of each command's output.")
+@click.option(
+    "--target",
+    "-t",
+    required=True,
+    help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | replay://BUNDLE",
+)
+@click.option(
+    "--var",
+    "var_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set a runbook variable (repeatable).",
+)
+@click.option(
+    "--no-input", is_flag=True, help="Never prompt (cron, CI); proposals are only listed."
+)
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="Where to keep this run's artifacts."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
+)
 @target_options
-def run(runbook_ref: str, target: str, var_items: tuple[str, ...], no_input: bool,
-        run_dir: str | None, fmt: str, verbose: bool, **kw: Any) -> None:
+def run(
+    runbook_ref: str,
+    target: str,
+    var_items: tuple[str, ...],
+    no_input: bool,
+    run_dir: str | None,
+    fmt: str,
+    verbose: bool,
+    **kw: Any,
+) -> None:
     """Walk RUNBOOK (a shipped id or a YAML file) over a target, guided stage by stage."""
     from runbook.console import GuidedConsole
     from runbook.executor import RunDirectory, execute
@@ -165,8 +224,15 @@ def run(runbook_ref: str, target: str, var_items: tuple[str, ...], no_input: boo
         directory = RunDirectory(Path(run_dir) if run_dir else _new_run_dir(runbook.id, None))
         observer = GuidedConsole(Console(stderr=fmt == "json", highlight=False), verbose=verbose)
         try:
-            result = execute(runbook, transport, variables=variables, context=context,
-                             observer=observer, run_dir=directory, node=node)
+            result = execute(
+                runbook,
+                transport,
+                variables=variables,
+                context=context,
+                observer=observer,
+                run_dir=directory,
+                node=node,
+            )
         finally:
             directory.close()
     finally:
@@ -180,7 +246,13 @@ def run(runbook_ref: str, target: str, var_items: tuple[str, ...], no_input: boo
 @cli.command()
 @click.argument("bundle", type=click.Path())
 @click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True)
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "markdown"]), default="text", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown"]),
+    default="text",
+    show_default=True,
+)
 @click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
 def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...]) -> None:
     """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline."""
@@ -208,16 +280,37 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
 
 @cli.command()
 @click.option("--target", "-t", required=True, help="Where to collect from (as for `run`).")
-@click.option("--output", "-o", required=True, type=click.Path(file_okay=False), help="Bundle directory to write.")
-@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True,
-              help="Whose stages say what to collect.")
+@click.option(
+    "--output",
+    "-o",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Bundle directory to write.",
+)
+@click.option(
+    "--runbook",
+    "runbook_ref",
+    default="nccl-init-failure",
+    show_default=True,
+    help="Whose stages say what to collect.",
+)
 @click.option("--pod", help="Pod of the failed job (sets var pod).")
 @click.option("--namespace", "-n", help="Its namespace (sets var namespace).")
-@click.option("--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir).")
+@click.option(
+    "--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir)."
+)
 @click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
 @target_options
-def collect(target: str, output: str, runbook_ref: str, pod: str | None, namespace: str | None,
-            cgroup_dir: str | None, var_items: tuple[str, ...], **kw: Any) -> None:
+def collect(
+    target: str,
+    output: str,
+    runbook_ref: str,
+    pod: str | None,
+    namespace: str | None,
+    cgroup_dir: str | None,
+    var_items: tuple[str, ...],
+    **kw: Any,
+) -> None:
     """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing."""
     from runbook.bundle import BundleMeta, now_iso, write_bundle
     from runbook.executor import execute
@@ -239,8 +332,10 @@ def collect(target: str, output: str, runbook_ref: str, pod: str | None, namespa
     meta = BundleMeta(node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace)
     write_bundle(out, meta, result.results.values())
     failed = sum(1 for r in result.results.values() if r.failure)
-    click.echo(f"wrote {out}: {len(result.results)} files from {result.node}"
-               + (f" ({failed} not collected or failed)" if failed else ""))
+    click.echo(
+        f"wrote {out}: {len(result.results)} files from {result.node}"
+        + (f" ({failed} not collected or failed)" if failed else "")
+    )
 
 
 @cli.command()
@@ -265,7 +360,9 @@ def validate(file: str) -> None:
 
 @cli.command()
 @click.argument("runbook_ref", metavar="RUNBOOK")
-@click.option("--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="mermaid", show_default=True)
+@click.option(
+    "--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="mermaid", show_default=True
+)
 def graph(runbook_ref: str, fmt: str) -> None:
     """Print RUNBOOK's decision graph (Graphviz dot or Mermaid)."""
     from runbook.graph import render_dot, render_mermaid
@@ -276,7 +373,9 @@ def graph(runbook_ref: str, fmt: str) -> None:
 
 
 @cli.command()
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Keep the demo run's artifacts here.")
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="Keep the demo run's artifacts here."
+)
 @click.option("--verbose", "-v", is_flag=True)
 def demo(run_dir: str | None, verbose: bool) -> None:
     """A guided run of the shipped nccl-init-failure runbook over a built-in replayed incident
@@ -291,15 +390,24 @@ def demo(run_dir: str | None, verbose: bool) -> None:
     console = Console(highlight=False)
     with incident_bundle() as path:
         transport = ReplayTransport(path)
-        console.print(f"[bold]runbook demo[/]: {runbook.title}, over replay of a recorded incident "
-                      f"on node {transport.bundle.meta.node}")
+        console.print(
+            f"[bold]runbook demo[/]: {runbook.title}, over replay of a recorded incident "
+            f"on node {transport.bundle.meta.node}"
+        )
         root = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="runbook-demo-"))
         directory = RunDirectory(root)
         try:
             variables: dict[str, Any] = {}
             node, context = _replay_context(transport, variables)
-            execute(runbook, transport, variables=variables, context=context, observer=GuidedConsole(console, verbose=verbose),
-                    run_dir=directory, node=node)
+            execute(
+                runbook,
+                transport,
+                variables=variables,
+                context=context,
+                observer=GuidedConsole(console, verbose=verbose),
+                run_dir=directory,
+                node=node,
+            )
         finally:
             directory.close()
             transport.close()
@@ -310,7 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         rc = cli.main(
-            args=list(argv) if argv is not None else None, prog_name="runbook", standalone_mode=False
+            args=list(argv) if argv is not None else None,
+            prog_name="runbook",
+            standalone_mode=False,
         )
         if isinstance(rc, int):  # click returns an Exit's code instead of raising it here
             return rc
@@ -335,7 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # the last guard: a bug, still one line (with --debug, the trace)
         if debug:
             raise
-        click.echo(f"runbook: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True)
+        click.echo(
+            f"runbook: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True
+        )
         return 1
     return 0
 

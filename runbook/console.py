@@ -34,7 +34,9 @@ class GuidedConsole:
         self.verbose = verbose
 
     def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
-        self.console.print(f"\n[bold]━━ {index}/{total} {escape(stage.title)}[/] [dim]({stage.id})[/]")
+        self.console.print(
+            f"\n[bold]━━ {index}/{total} {escape(stage.title)}[/] [dim]({stage.id})[/]"
+        )
 
     def probe_done(self, stage: Stage, result: CommandResult) -> None:
         state = result.failure or f"exit {result.exited}"
@@ -50,7 +52,9 @@ class GuidedConsole:
 
     def stage_done(self, stage: Stage, record: StageRecord) -> None:
         if record.status is Status.SKIPPED:
-            self.console.print(f"\n[dim]━━ {escape(stage.title)} ({stage.id}): {escape(record.reason)}[/]")
+            self.console.print(
+                f"\n[dim]━━ {escape(stage.title)} ({stage.id}): {escape(record.reason)}[/]"
+            )
             return
         for finding in record.findings:
             cause = f" [dim]→ {finding.cause}[/]" if finding.cause else ""
@@ -62,7 +66,8 @@ class GuidedConsole:
         style = _STATUS_STYLE[record.status]
         where = record.next or "end of runbook"
         self.console.print(
-            f"  [{style}]{record.status.value}[/] → {escape(where)} [dim]({escape(record.reason)})[/]"
+            f"  [{style}]{record.status.value}[/] → {escape(where)}"
+            f" [dim]({escape(record.reason)})[/]"
         )
 
     def run_done(self, verdict: Mapping[str, Any]) -> None:
@@ -72,15 +77,20 @@ class GuidedConsole:
 def render_verdict(console: Console, verdict: Mapping[str, Any]) -> None:
     cause = verdict["root_cause"]
     style = "green" if cause == "healthy" else "bold red"
-    console.print(f"\n[bold]Verdict for {escape(str(verdict['node']))}:[/] [{style}]{cause}[/]"
-                  f" (confidence {verdict['confidence']})")
+    console.print(
+        f"\n[bold]Verdict for {escape(str(verdict['node']))}:[/] [{style}]{cause}[/]"
+        f" (confidence {verdict['confidence']})"
+    )
     if verdict.get("surfaced_as"):
         console.print(f"  surfaced as: {escape(_short(verdict['surfaced_as']))}")
     first = verdict.get("first_anomaly")
     if first:
         where = f"{first.get('source')}" + (f":{first['line']}" if first.get("line") else "")
         when = f" at {first['time']}" if first.get("time") else ""
-        console.print(f"  first anomaly: {escape(where)}{escape(when)}: {escape(_short(str(first.get('text', ''))))}")
+        console.print(
+            f"  first anomaly: {escape(where)}{escape(when)}: "
+            f"{escape(_short(str(first.get('text', ''))))}"
+        )
     if verdict.get("chain"):
         console.print("  evidence chain:")
         for link in verdict["chain"]:
@@ -89,4 +99,6 @@ def render_verdict(console: Console, verdict: Mapping[str, Any]) -> None:
         console.print(f"  ruled out {out['cause']}: {escape(out['because'])}")
     for proposal in verdict.get("proposals", []):
         gate = "needs approval" if proposal.get("requires_approval") else "no change"
-        console.print(f"  proposal [bold]{proposal['kind']}[/] ({gate}): {escape(proposal['summary'])}")
+        console.print(
+            f"  proposal [bold]{proposal['kind']}[/] ({gate}): {escape(proposal['summary'])}"
+        )

@@ -104,7 +104,9 @@ def build_verdict(conductor: Conductor, *, node: str, target: str = "") -> dict[
 
     cause_finding = next((f for f in with_cause if f.cause == root_cause), None)
     if root_cause in ("healthy", "inconclusive"):
-        confidence = "low" if root_cause == "inconclusive" else ("high" if not problems else "medium")
+        confidence = (
+            "low" if root_cause == "inconclusive" else ("high" if not problems else "medium")
+        )
     elif cause_finding and cause_finding.evidence and not errors:
         confidence = "high"
     else:
@@ -201,5 +203,7 @@ def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:
 def summarize(verdict: Mapping[str, Any]) -> str:
     """One line for logs and sweep tables."""
     first = verdict.get("first_anomaly") or {}
-    where = f" (first anomaly: {first.get('source')}:{first.get('line')})" if first.get("line") else ""
+    where = (
+        f" (first anomaly: {first.get('source')}:{first.get('line')})" if first.get("line") else ""
+    )
     return f"{verdict['node']}: {verdict['root_cause']} [{verdict['confidence']}]{where}"

@@ -37,7 +37,9 @@ PREAMBLE = (
 
 
 class Observer(Protocol):
-    def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None: ...
+    def stage_started(
+        self, stage: Stage, index: int, total: int, probes: Sequence[Probe]
+    ) -> None: ...
     def probe_done(self, stage: Stage, result: CommandResult) -> None: ...
     def stage_done(self, stage: Stage, record: StageRecord) -> None: ...
     def run_done(self, verdict: Mapping[str, Any]) -> None: ...
@@ -103,14 +105,18 @@ class RunResult:
     run_dir: Path | None = None
 
 
-def _run_probes(transport: Transport, probes: Sequence[Probe], max_parallel: int) -> list[CommandResult]:
+def _run_probes(
+    transport: Transport, probes: Sequence[Probe], max_parallel: int
+) -> list[CommandResult]:
     if len(probes) <= 1:
         return [transport.run(p) for p in probes]
     with ThreadPoolExecutor(max_workers=min(len(probes), max_parallel)) as pool:
         return list(pool.map(transport.run, probes))
 
 
-def _parse(stage: Stage, results: Mapping[str, CommandResult], context: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _parse(
+    stage: Stage, results: Mapping[str, CommandResult], context: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
     facts: dict[str, Any] = {}
     errors: list[str] = []
     for name in stage.parse:
@@ -156,7 +162,12 @@ def execute(
     for result in _run_probes(transport, PREAMBLE, max_parallel):
         all_results[result.name] = result
     node = node or node_name(all_results, transport.description)
-    ctx: dict[str, Any] = {"node": node, "page_size": 4096, **(context or {}), "vars": conductor.vars}
+    ctx: dict[str, Any] = {
+        "node": node,
+        "page_size": 4096,
+        **(context or {}),
+        "vars": conductor.vars,
+    }
     if run_dir:
         run_dir.event("run-started", runbook=runbook.id, target=transport.description, node=node)
 
@@ -176,7 +187,9 @@ def execute(
         for result in _run_probes(transport, probes, max_parallel):
             results[result.name] = result
             observer.probe_done(stage, result)
-            pieces = bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
+            pieces = (
+                bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
+            )
             for piece in pieces:
                 results.setdefault(piece.name, piece)
                 all_results[piece.name] = piece
@@ -184,9 +197,14 @@ def execute(
                     bundle_mod.write_result(run_dir.bundle, piece)
             if run_dir:
                 run_dir.event(
-                    "probe", stage=stage.id, name=result.name, command=result.command,
-                    exited=result.exited, duration=round(result.duration, 4),
-                    failure=result.failure, truncated=result.truncated,
+                    "probe",
+                    stage=stage.id,
+                    name=result.name,
+                    command=result.command,
+                    exited=result.exited,
+                    duration=round(result.duration, 4),
+                    failure=result.failure,
+                    truncated=result.truncated,
                 )
         facts, parse_errors = _parse(stage, results, ctx)
         if collect_all:
@@ -198,9 +216,15 @@ def execute(
             record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
         observer.stage_done(stage, record)
         if run_dir:
-            run_dir.event("stage", stage=stage.id, status=record.status.value, next=record.next,
-                          reason=record.reason, findings=[f.text for f in record.findings],
-                          errors=record.errors)
+            run_dir.event(
+                "stage",
+                stage=stage.id,
+                status=record.status.value,
+                next=record.next,
+                reason=record.reason,
+                findings=[f.text for f in record.findings],
+                errors=record.errors,
+            )
             run_dir.save_state(conductor.to_state())
 
     verdict = build_verdict(conductor, node=node, target=transport.description)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,8 +55,9 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
             accept_new_host_keys=options.accept_new_host_keys,
             jump=SSHAddress.parse(options.jump) if options.jump else None,
             connect_timeout=options.connect_timeout,
-            **({"known_hosts": options.known_hosts} if options.known_hosts else {}),
         )
+        if options.known_hosts is not None:
+            ssh_options = dataclasses.replace(ssh_options, known_hosts=options.known_hosts)
         transport = SSHTransport(SSHAddress.parse(rest), ssh_options)
     elif scheme == "kubectl":
         namespace, pod = parse_kubectl_target(rest)

@@ -10,7 +10,8 @@ Three uses, three environments over one hardened sandbox:
 * **text** (`render_text`): findings and summaries for humans; no quoting, still sandboxed.
 * **expressions** (`evaluate`): Ansible-style `when:` conditions over `facts` and `vars`;
   a missing fact is undefined, falsy and false in comparisons (MissingFact), so
-  `facts.x.y > 0` on a stage that collected nothing is False rather than a crash; other errors raise TemplateError.
+  `facts.x.y > 0` on a stage that collected nothing is False rather than a crash; other
+  errors raise TemplateError.
 
 The sandbox refuses attribute tricks (`__class__`, `__globals__`, `mro`), is immutable (no
 `.append`/`.update` on facts), and drops the globals `lipsum`, `cycler`, `joiner` and `namespace`.
@@ -120,6 +121,8 @@ def _make_env(**kwargs: Any) -> ImmutableSandboxedEnvironment:
 
 _COMMAND_ENV = _make_env(undefined=StrictUndefined, finalize=shell_quote)
 _TEXT_ENV = _make_env(undefined=StrictUndefined)
+
+
 class MissingFact(ChainableUndefined):
     """Undefined in conditions: chainable (`facts.a.b.c`), falsy, and false in every ordering
     comparison, so `facts.cgroup.oom_kills > 0` on a stage that collected nothing is simply
@@ -127,16 +130,16 @@ class MissingFact(ChainableUndefined):
 
     __slots__ = ()
 
-    def __lt__(self, other: Any) -> bool:
+    def __lt__(self, other: Any) -> bool:  # type: ignore[override]
         return False
 
-    def __le__(self, other: Any) -> bool:
+    def __le__(self, other: Any) -> bool:  # type: ignore[override]
         return False
 
-    def __gt__(self, other: Any) -> bool:
+    def __gt__(self, other: Any) -> bool:  # type: ignore[override]
         return False
 
-    def __ge__(self, other: Any) -> bool:
+    def __ge__(self, other: Any) -> bool:  # type: ignore[override]
         return False
 
 

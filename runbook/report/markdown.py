@@ -15,8 +15,10 @@ def render(verdict: Mapping[str, Any]) -> str:
     lines = [f"# {verdict['node']}: {verdict['root_cause']}", ""]
     lines.append(f"**Conclusion:** `{verdict['root_cause']}` (confidence {verdict['confidence']}).")
     if verdict.get("surfaced_as"):
-        lines.append(f"The job surfaced it as `{_cell(verdict['surfaced_as'])}`; that is where the "
-                     "failure showed, not where it started.")
+        lines.append(
+            f"The job surfaced it as `{_cell(verdict['surfaced_as'])}`; that is where the "
+            "failure showed, not where it started."
+        )
     first = verdict.get("first_anomaly")
     if first:
         where = first.get("source", "")
@@ -30,7 +32,9 @@ def render(verdict: Mapping[str, Any]) -> str:
             if index:
                 lines.append("        ↓")
             cites = ", ".join(
-                f"{e.get('source')}:{e.get('line')}" for e in link.get("evidence", []) if e.get("line")
+                f"{e.get('source')}:{e.get('line')}"
+                for e in link.get("evidence", [])
+                if e.get("line")
             )
             lines.append(f"{link['finding']}" + (f"   [{cites}]" if cites else ""))
         lines.append("```")

@@ -62,7 +62,9 @@ class CommandResult:
             return self.error
         if self.exited == 127:
             return "command not found"
-        if self.exited == 126 or (self.exited not in (0, None) and "Permission denied" in self.stderr):
+        if self.exited == 126 or (
+            self.exited not in (0, None) and "Permission denied" in self.stderr
+        ):
             return "permission denied"
         return None
 

@@ -92,20 +92,26 @@ class KubectlTransport:
         check_timeout: float = 20.0,
     ) -> None:
         self.namespace, self.pod = namespace, pod
-        self._argv = lambda command: kubectl_exec_argv(
-            namespace,
-            pod,
-            command,
-            container=container,
-            context=context,
-            kubectl=kubectl,
-            nsenter_pid=nsenter_pid,
-        )
+        self._container, self._context = container, context
+        self._kubectl, self._nsenter_pid = kubectl, nsenter_pid
         self.description = f"kubectl://{namespace}/{pod}"
         probe = self.run(Probe("(connect)", "true", timeout=check_timeout))
         if not probe.ok:
-            why = probe.failure or (probe.stderr.strip().splitlines() or [f"exit {probe.exited}"])[-1]
+            why = (
+                probe.failure or (probe.stderr.strip().splitlines() or [f"exit {probe.exited}"])[-1]
+            )
             raise UnreachableError(f"{self.description}: kubectl exec failed: {why}")
+
+    def _argv(self, command: str) -> list[str]:
+        return kubectl_exec_argv(
+            self.namespace,
+            self.pod,
+            command,
+            container=self._container,
+            context=self._context,
+            kubectl=self._kubectl,
+            nsenter_pid=self._nsenter_pid,
+        )
 
     def run(self, probe: Probe) -> CommandResult:
         return run_argv(self._argv(probe.command), probe.name, probe.command, probe.timeout)

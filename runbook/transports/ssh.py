@@ -40,7 +40,9 @@ from runbook.transports.capture import BoundedBuffer
 log = logging.getLogger(__name__)
 
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
-_SSH_URL = re.compile(r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>\[[^\]]+\]|[^@/:\s\[\]]+)(?::(?P<port>\d+))?$")
+_SSH_URL = re.compile(
+    r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>\[[^\]]+\]|[^@/:\s\[\]]+)(?::(?P<port>\d+))?$"
+)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self.options = options
         self.address = address
 
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
         fp = fingerprint(key)
         if not self.options.accept_new_host_keys:
             raise HostKeyError(
@@ -129,7 +133,8 @@ def _connect(
             address.host,
             port=address.port,
             username=address.user,
-            key_filename=[str(p) for p in options.identities] or None,
+            # paramiko takes a list here; its stubs say str
+            key_filename=[str(p) for p in options.identities] or None,  # type: ignore[arg-type]
             allow_agent=options.allow_agent,
             look_for_keys=not options.identities,
             timeout=options.connect_timeout,
@@ -155,7 +160,9 @@ def _connect(
         raise AuthenticationError(f"{address}: authentication failed ({exc})") from None
     except socket.gaierror as exc:
         client.close()
-        raise UnreachableError(f"{address}: cannot resolve {address.host}: {exc.strerror}") from None
+        raise UnreachableError(
+            f"{address}: cannot resolve {address.host}: {exc.strerror}"
+        ) from None
     except TimeoutError:
         client.close()
         raise UnreachableError(
@@ -163,7 +170,9 @@ def _connect(
         ) from None
     except paramiko.ssh_exception.NoValidConnectionsError as exc:
         client.close()
-        reasons = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()}))
+        reasons = "; ".join(
+            sorted({getattr(e, "strerror", None) or str(e) for e in exc.errors.values()})
+        )
         raise UnreachableError(f"{address}: cannot connect: {reasons}") from None
     except (OSError, paramiko.SSHException, EOFError) as exc:
         client.close()
@@ -284,7 +293,8 @@ class SSHTransport:
         """Stop a timed-out command's whole process group from a second channel."""
         command = (
             f"kill -TERM -- -{pgid} 2>/dev/null; i=0; "
-            f"while kill -0 -- -{pgid} 2>/dev/null && [ $i -lt 10 ]; do sleep 0.05; i=$((i+1)); done; "
+            f"while kill -0 -- -{pgid} 2>/dev/null && [ $i -lt 10 ]; "
+            "do sleep 0.05; i=$((i+1)); done; "
             f"kill -KILL -- -{pgid} 2>/dev/null; true"
         )
         try:
@@ -297,7 +307,9 @@ class SSHTransport:
             finally:
                 channel.close()
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            log.warning("%s: could not stop timed-out process group %d: %s", self.address, pgid, exc)
+            log.warning(
+                "%s: could not stop timed-out process group %d: %s", self.address, pgid, exc
+            )
 
     def close(self) -> None:
         self._client.close()

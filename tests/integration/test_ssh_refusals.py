@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,9 @@ def _one_line_error(result) -> str:  # type: ignore[no-untyped-def]
     return lines[0]
 
 
-def test_an_unknown_host_key_is_refused_with_its_fingerprint(ssh_host, client_key, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_unknown_host_key_is_refused_with_its_fingerprint(
+    ssh_host, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("unknown")
     empty = tmp_path / "known_hosts"
     empty.write_text("")
@@ -41,7 +42,9 @@ def test_an_unknown_host_key_is_refused_with_its_fingerprint(ssh_host, client_ke
     assert again.rc == 0, again.stderr
 
 
-def test_a_changed_host_key_is_refused_even_with_accept_new(ssh_host, known_hosts, client_key, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_changed_host_key_is_refused_even_with_accept_new(
+    ssh_host, known_hosts, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("changed")
     old = tmp_path / "known_hosts"
     old.write_text(known_hosts.read_text())
@@ -54,21 +57,43 @@ def test_a_changed_host_key_is_refused_even_with_accept_new(ssh_host, known_host
     assert "CHANGED" in line and host.host_key_fingerprint() in line
 
 
-def test_a_key_the_host_does_not_accept_is_an_authentication_error(ssh_host, known_hosts, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_key_the_host_does_not_accept_is_an_authentication_error(
+    ssh_host, known_hosts, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("auth")
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    result = cli("run", RUNBOOK, "--target", f"ssh://root@{host.address}", "--known-hosts",
-                 str(known_hosts), "--identity", str(stranger))
+    result = cli(
+        "run",
+        RUNBOOK,
+        "--target",
+        f"ssh://root@{host.address}",
+        "--known-hosts",
+        str(known_hosts),
+        "--identity",
+        str(stranger),
+    )
     assert result.rc == 3
     assert "authentication failed" in _one_line_error(result)
 
 
-def test_an_address_nobody_answers_is_unreachable(host_network, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
+def test_an_address_nobody_answers_is_unreachable(
+    host_network, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
     # an unassigned address on the test bridge: nothing leaves this machine
     address = host_network.unused_address()
-    result = cli("run", RUNBOOK, "--target", f"ssh://root@{address}", "--known-hosts",
-                 str(known_hosts), "--identity", str(client_key.private_path), "--connect-timeout", "1")
+    result = cli(
+        "run",
+        RUNBOOK,
+        "--target",
+        f"ssh://root@{address}",
+        "--known-hosts",
+        str(known_hosts),
+        "--identity",
+        str(client_key.private_path),
+        "--connect-timeout",
+        "1",
+    )
     assert result.rc == 3
     line = _one_line_error(result)
     assert address in line
@@ -77,7 +102,15 @@ def test_an_address_nobody_answers_is_unreachable(host_network, known_hosts, cli
 def test_a_stopped_sshd_is_a_refused_connection(ssh_host, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("stopped")
     host.stop_sshd()
-    result = cli("run", RUNBOOK, "--target", f"ssh://root@{host.address}", "--known-hosts",
-                 str(known_hosts), "--identity", str(client_key.private_path))
+    result = cli(
+        "run",
+        RUNBOOK,
+        "--target",
+        f"ssh://root@{host.address}",
+        "--known-hosts",
+        str(known_hosts),
+        "--identity",
+        str(client_key.private_path),
+    )
     assert result.rc == 3
     assert "refused" in _one_line_error(result).lower()

@@ -28,7 +28,8 @@ echo "Unable to determine the device handle for GPU0000:3B:00.0: Unknown Error" 
 exit 15
 """
 FALLEN_DMESG = """#!/bin/sh
-echo "[Wed Mar  4 10:11:58 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=, GPU has fallen off the bus."
+echo "[Wed Mar  4 10:11:58 2026] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, name=, \
+GPU has fallen off the bus."
 echo "[Wed Mar  4 10:11:58 2026] NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus."
 """
 LSPCI = """#!/bin/sh
@@ -65,7 +66,9 @@ def gpu_hosts(ssh_host):  # type: ignore[no-untyped-def]
     return healthy, broken
 
 
-def test_a_guided_run_branches_differently_on_two_hosts(gpu_hosts, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_guided_run_branches_differently_on_two_hosts(
+    gpu_hosts, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
     healthy, broken = gpu_hosts
     runbook = str(RUNBOOKS / "gpu-check.yaml")
 
@@ -87,10 +90,18 @@ def test_a_guided_run_branches_differently_on_two_hosts(gpu_hosts, known_hosts, 
     assert "rule 1" in bad.stderr and "routes to hardware" in bad.stderr
 
 
-def test_one_connection_serves_every_command_of_a_run(ssh_host, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
+def test_one_connection_serves_every_command_of_a_run(
+    ssh_host, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("reuse")
     before = _accepted_logins(host)
-    result = cli("run", str(RUNBOOKS / "ten-commands.yaml"), *_ssh_args(host, known_hosts, client_key), "--format", "json")
+    result = cli(
+        "run",
+        str(RUNBOOKS / "ten-commands.yaml"),
+        *_ssh_args(host, known_hosts, client_key),
+        "--format",
+        "json",
+    )
     assert result.rc == 0, result.stderr
     verdict = result.json()
     assert all(s["status"] == "ok" for s in verdict["stages"])
@@ -98,43 +109,78 @@ def test_one_connection_serves_every_command_of_a_run(ssh_host, known_hosts, cli
     assert _accepted_logins(host) - before == 1
 
 
-def test_a_bundle_collected_over_ssh_replays_to_the_same_verdict(gpu_hosts, known_hosts, client_key, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_bundle_collected_over_ssh_replays_to_the_same_verdict(
+    gpu_hosts, known_hosts, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     _, broken = gpu_hosts
     runbook = str(RUNBOOKS / "gpu-check.yaml")
     out = tmp_path / "bundle"
-    collected = cli("collect", "--runbook", runbook, "--output", str(out), *_ssh_args(broken, known_hosts, client_key))
+    collected = cli(
+        "collect",
+        "--runbook",
+        runbook,
+        "--output",
+        str(out),
+        *_ssh_args(broken, known_hosts, client_key),
+    )
     assert collected.rc == 0, collected.stderr
-    assert (out / "bundle.yaml").is_file() and (out / "nvidia-smi-L.txt.rc").read_text().strip() == "15"
+    assert (out / "bundle.yaml").is_file() and (
+        out / "nvidia-smi-L.txt.rc"
+    ).read_text().strip() == "15"
     assert "fallen off the bus" in (out / "dmesg.txt").read_text()
 
-    live = cli("run", runbook, *_ssh_args(broken, known_hosts, client_key), "--format", "json").json()
+    live = cli(
+        "run", runbook, *_ssh_args(broken, known_hosts, client_key), "--format", "json"
+    ).json()
     replayed = cli("run", runbook, "--target", f"replay://{out}", "--format", "json").json()
     for key in ("node", "root_cause", "confidence", "chain", "ruled_out", "proposals"):
         assert replayed[key] == live[key], key
-    assert [(s["id"], s["status"]) for s in replayed["stages"]] == [(s["id"], s["status"]) for s in live["stages"]]
+    assert [(s["id"], s["status"]) for s in replayed["stages"]] == [
+        (s["id"], s["status"]) for s in live["stages"]
+    ]
     analyzed = cli("analyze", str(out), "--runbook", runbook, "--format", "json").json()
     assert analyzed["root_cause"] == live["root_cause"]
 
 
-def test_a_hostile_variable_reaches_the_remote_shell_as_one_inert_word(ssh_host, known_hosts, client_key, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_hostile_variable_reaches_the_remote_shell_as_one_inert_word(
+    ssh_host, known_hosts, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("inject")
     marker = tmp_path / "pwned"
     value = f"$(touch {marker}); rm -rf {tmp_path}/victim; `touch {marker}`"
     victim = tmp_path / "victim"
     victim.mkdir()
-    result = cli("run", str(RUNBOOKS / "echo-var.yaml"), *_ssh_args(host, known_hosts, client_key),
-                 "--var", f"value={value}", "--format", "json")
+    result = cli(
+        "run",
+        str(RUNBOOKS / "echo-var.yaml"),
+        *_ssh_args(host, known_hosts, client_key),
+        "--var",
+        f"value={value}",
+        "--format",
+        "json",
+    )
     assert result.rc == 0, result.stderr
     facts = {s["id"]: s["facts"] for s in result.json()["stages"]}
     assert facts["echo"]["text"]["echo.txt"]["stdout"] == value
     assert not marker.exists() and victim.is_dir()
 
 
-def test_a_command_past_its_timeout_is_killed_on_the_host_and_the_walk_goes_on(ssh_host, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
+def test_a_command_past_its_timeout_is_killed_on_the_host_and_the_walk_goes_on(
+    ssh_host, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("hang")
     started = time.monotonic()
-    result = cli("run", str(RUNBOOKS / "echo-var.yaml"), *_ssh_args(host, known_hosts, client_key),
-                 "--var", "value=x", "--var", "sleep_s=3173", "--format", "json")
+    result = cli(
+        "run",
+        str(RUNBOOKS / "echo-var.yaml"),
+        *_ssh_args(host, known_hosts, client_key),
+        "--var",
+        "value=x",
+        "--var",
+        "sleep_s=3173",
+        "--format",
+        "json",
+    )
     assert result.rc == 0, result.stderr
     assert time.monotonic() - started < 20
     stages = {s["id"]: s for s in result.json()["stages"]}
@@ -145,7 +191,9 @@ def test_a_command_past_its_timeout_is_killed_on_the_host_and_the_walk_goes_on(s
     assert leftover.stdout.strip() == "", f"remote command survived: {leftover.stdout}"
 
 
-def test_nsenter_reads_a_process_namespaced_view_over_ssh(ssh_host, known_hosts, client_key, cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_nsenter_reads_a_process_namespaced_view_over_ssh(
+    ssh_host, known_hosts, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("nsview")
     fake = tmp_path / "hostname"
     fake.write_text("namespaced-view\n")

@@ -11,9 +11,8 @@ import pytest
 
 from runbook.bundle import Bundle, BundleMeta, split_multi, write_bundle
 from runbook.errors import BundleError
-from runbook.transports.base import CommandResult
+from runbook.transports.base import CommandResult, Probe
 from runbook.transports.replay import ReplayTransport
-from runbook.transports.base import Probe
 
 
 def _write(root: Path) -> Path:
@@ -27,7 +26,9 @@ def _write(root: Path) -> Path:
         ),
         CommandResult("cgroup/memory.max", "cat", stdout="max\n", exited=0),
     ]
-    return write_bundle(root, BundleMeta(node="n1", collected_at="2026-03-04T10:40:00+00:00"), results)
+    return write_bundle(
+        root, BundleMeta(node="n1", collected_at="2026-03-04T10:40:00+00:00"), results
+    )
 
 
 def test_a_written_bundle_reads_back_with_exit_status_and_stderr(tmp_path: Path) -> None:
@@ -41,7 +42,7 @@ def test_a_written_bundle_reads_back_with_exit_status_and_stderr(tmp_path: Path)
 
 
 def test_a_directory_without_bundle_yaml_is_not_a_bundle(tmp_path: Path) -> None:
-    with pytest.raises(BundleError, match="no bundle.yaml"):
+    with pytest.raises(BundleError, match=r"no bundle\.yaml"):
         Bundle.open(tmp_path)
 
 

@@ -96,9 +96,7 @@ def test_no_matching_route_falls_through_and_rule_outs_are_kept() -> None:
 def test_the_earliest_timed_finding_is_the_root_cause_not_the_first_stage() -> None:
     conductor = Conductor(_runbook())
     late = {"source": "dmesg.txt", "line": 90, "time": "2026-03-04T10:12:31+00:00", "text": "x"}
-    conductor.record(
-        "gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 79, "ev": late}}
-    )
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 79, "ev": late}})
     # route went to nccl; walk a second conductor that sees memory first with an earlier time
     c2 = Conductor(_runbook())
     c2.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 0}})
