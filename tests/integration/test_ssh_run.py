@@ -217,3 +217,17 @@ def test_nsenter_reads_a_process_namespaced_view_over_ssh(
         holder.wait()
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+def test_a_jump_host_carries_the_connection_to_the_target(
+    ssh_host, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
+    bastion, inner = ssh_host("bastion"), ssh_host("inner")
+    args = _ssh_args(inner, known_hosts, client_key)
+    jump = f"root@{bastion.address}:{bastion.port}"
+    result = cli("run", str(RUNBOOKS / "ten-commands.yaml"), *args, "--jump", jump, "--format", "json")
+    assert result.rc == 0, result.stderr
+    assert result.json()["node"] == "inner"
+    time.sleep(0.2)
+    log = (Path(inner.dir) / "sshd.log").read_text()
+    assert f"Accepted publickey for root from {bastion.address}" in log

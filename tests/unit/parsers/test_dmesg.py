@@ -272,3 +272,16 @@ def test_arbitrary_text_never_raises_and_keeps_types(lines: list[str]) -> None:
 def test_a_truncated_sample_never_raises(path: str, cut: int) -> None:
     text = sample(path)[:cut]
     _check_types(parse_dmesg(text.splitlines(), collected_at="2025-03-04T12:00:00Z"))
+
+
+def test_a_huge_log_streams_from_a_generator_and_keeps_a_bounded_number_of_records() -> None:
+    from runbook.parsers._common import MAX_RECORDS
+
+    def lines():  # type: ignore[no-untyped-def]
+        for i in range(3 * MAX_RECORDS):
+            yield f"[{i}.000000] NVRM: Xid (PCI:0000:3b:00): 13, pid={i}, name=p, Graphics Exc"
+            yield f"[{i}.000001] usb 1-1: new high-speed USB device number {i}"
+
+    facts = parse_dmesg(lines())
+    assert len(facts.xids) == MAX_RECORDS and facts.totals["xids"] == 3 * MAX_RECORDS
+    assert facts.lines == 6 * MAX_RECORDS and facts.xids[0].line == 1

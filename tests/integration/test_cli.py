@@ -1,0 +1,176 @@
+"""The CLI as a user meets it: exit codes, one-line errors, the demo, analyze, validate, graph."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import RUNBOOKS
+
+DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
+
+
+def _one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+def test_the_demo_walks_the_shipped_runbook_to_the_host_memory_verdict(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("demo", "--run-dir", str(tmp_path / "run"))
+    assert result.rc == 0, result.stderr
+    assert "Verdict for gpu-node-07: host-memory-oom" in result.stdout
+    assert "0x100000 pages = 4 GiB" in result.stdout and "0x400000 pages = 16 GiB" in result.stdout
+    run = tmp_path / "run"
+    verdict = json.loads((run / "verdict.json").read_text())
+    assert verdict["root_cause"] == "host-memory-oom"
+    assert verdict["first_anomaly"]["source"] == "dmesg.txt"
+    assert not any(p["kind"] == "node-drain" for p in verdict["proposals"])
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert events[0]["event"] == "run-started" and events[-1]["event"] == "run-done"
+    state = json.loads((run / "state.json").read_text())
+    assert state["current"] is None and state["path"][0] == "app-error"
+    # the run directory's bundle replays to the same verdict
+    again = cli("analyze", str(run / "bundle"), "--format", "json")
+    assert again.rc == 0, again.stderr
+    assert again.json()["root_cause"] == "host-memory-oom"
+
+
+def test_analyze_prints_one_verdict_object_and_markdown_in_the_incident_shape(cli) -> None:  # type: ignore[no-untyped-def]
+    result = cli("analyze", str(DEMO), "--format", "json")
+    assert result.rc == 0, result.stderr
+    verdict = result.json()
+    for key in ("format", "node", "root_cause", "confidence", "surfaced_as", "first_anomaly",
+                "chain", "ruled_out", "stages", "proposals"):  # fmt: skip
+        assert key in verdict
+    assert "ncclCommInitRank failed" in verdict["surfaced_as"]
+    markdown = cli("analyze", str(DEMO), "--format", "markdown")
+    assert markdown.rc == 0
+    assert markdown.stdout.startswith("# gpu-node-07: host-memory-oom")
+    assert "## Evidence chain" in markdown.stdout and "## Ruled out" in markdown.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["analyze", "/nonexistent/bundle"], "no such bundle"),
+        (["run", "no-such-runbook", "--target", "local"], "no runbook"),
+        (["run", "nccl-init-failure", "--target", "ftp://x"], "unknown target"),
+        (["run", "nccl-init-failure", "--target", "local", "--var", "1bad=x"], "--var"),
+        (["run", "nccl-init-failure", "--target", "ssh://root@host:99999"], "port"),
+        (["run", "nccl-init-failure", "--target", "kubectl://only-namespace"], "kubectl://"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, args, needle) -> None:  # type: ignore[no-untyped-def]
+    result = cli(*args)
+    assert result.rc == 2
+    assert needle in _one_line(result.stderr)
+
+
+def test_a_directory_without_bundle_yaml_is_refused_by_analyze(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "dmesg.txt").write_text("x\n")
+    result = cli("analyze", str(tmp_path))
+    assert result.rc == 2 and "bundle.yaml" in _one_line(result.stderr)
+
+
+def test_validate_exits_2_and_lists_every_problem_with_its_line(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        "id: broken\n"
+        "stages:\n"
+        "  - id: a\n"
+        "    parse: no-such-parser\n"
+        "    decide:\n"
+        "      - when: facts.x >\n"
+        "        next: nowhere\n"
+        "  - id: b\n"
+        "    remedy: true\n"
+    )
+    result = cli("validate", str(broken))
+    assert result.rc == 2
+    lines = result.stderr.strip().splitlines()
+    assert any(f"{broken}:4:" in line and "no-such-parser" in line for line in lines)
+    assert any(f"{broken}:6:" in line and "does not compile" in line for line in lines)
+    assert any(f"{broken}:7:" in line and "nowhere" in line for line in lines)
+    assert any(f"{broken}:9:" in line and "remedies" in line for line in lines)
+    ok = cli("validate", str(RUNBOOKS / "gpu-check.yaml"))
+    assert ok.rc == 0 and "ok" in ok.stdout
+
+
+def test_run_refuses_an_invalid_runbook_before_touching_the_target(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("id: broken\nstages:\n  - id: a\n    decide:\n      - next: a\n")
+    marker = tmp_path / "touched"
+    result = cli("run", str(broken), "--target", "local", "--var", f"m={marker}")
+    assert result.rc == 2 and "not a valid runbook" in _one_line(result.stderr)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    ("fmt", "head"), [("dot", 'digraph "gpu-check"'), ("mermaid", "flowchart TD")]
+)
+def test_graph_draws_every_branch(cli, fmt, head) -> None:  # type: ignore[no-untyped-def]
+    result = cli("graph", str(RUNBOOKS / "gpu-check.yaml"), "--format", fmt)
+    assert result.rc == 0, result.stderr
+    assert result.stdout.startswith(head)
+    for target in ("hardware", "memory"):
+        assert target in result.stdout
+
+
+def test_a_local_run_records_a_missing_tool_as_not_collected_and_goes_on(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = cli("run", str(RUNBOOKS / "gpu-check.yaml"), "--target", "local", "--format", "json",
+                 "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert result.rc == 0, result.stderr
+    stages = {s["id"]: s for s in result.json()["stages"]}
+    # this machine has no GPU: nvidia-smi is absent, which is evidence of nothing
+    assert stages["gpu"]["not_collected"]["nvidia-smi-L.txt"] == "command not found"
+    assert (tmp_path / "run" / "bundle" / "nvidia-smi-L.txt.rc").read_text().strip() == "127"
+
+
+def test_kubectl_target_runs_each_probe_through_kubectl_exec_and_nsenter(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # No Kubernetes API server can run here: this `kubectl` is a recorded double. It records its
+    # argv and runs the command after `--` locally, dropping the nsenter wrapper (the test
+    # process cannot enter PID 1's namespaces); the argv it saw is what a real kubectl gets.
+    calls = tmp_path / "calls.log"
+    double = tmp_path / "kubectl"
+    double.write_text(
+        "#!/bin/sh\n"
+        f'printf "%s\\n" "$*" >> {calls}\n'
+        'while [ "$1" != "--" ]; do shift; done; shift\n'
+        'if [ "$1" = nsenter ]; then while [ "$1" != "--" ]; do shift; done; shift; fi\n'
+        'exec "$@"\n'
+    )
+    double.chmod(double.stat().st_mode | stat.S_IEXEC)
+    result = cli("run", str(RUNBOOKS / "ten-commands.yaml"), "--target", "kubectl://kube-system/agent-0",
+                 "--kubectl", str(double), "--format", "json")  # fmt: skip
+    assert result.rc == 0, result.stderr
+    assert all(s["status"] == "ok" for s in result.json()["stages"])
+    recorded = calls.read_text().splitlines()
+    assert len(recorded) == 1 + 2 + 10  # connection check, preamble, ten probes
+    prefix = "exec -n kube-system agent-0 -- nsenter --target 1 --mount --uts --ipc --net --pid --"
+    assert all(line.startswith(prefix + " /bin/sh -c ") for line in recorded)
+
+
+def test_a_kubectl_target_that_cannot_exec_is_unreachable(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    double = tmp_path / "kubectl"
+    double.write_text(
+        "#!/bin/sh\necho 'Error from server (NotFound): pods \"agent-0\" not found' >&2\nexit 1\n"
+    )
+    double.chmod(0o755)
+    result = cli("run", str(RUNBOOKS / "ten-commands.yaml"), "--target", "kubectl://kube-system/agent-0",
+                 "--kubectl", str(double))  # fmt: skip
+    assert result.rc == 3
+    assert "NotFound" in _one_line(result.stderr)
+
+
+def test_the_installed_console_script_is_on_the_venv_path() -> None:
+    import shutil
+    import sys
+
+    script = Path(sys.executable).parent / "runbook"
+    assert script.exists() or shutil.which("runbook"), "pip install did not create `runbook`"
+    assert os.access(script if script.exists() else shutil.which("runbook") or "", os.X_OK)
