@@ -225,7 +225,9 @@ def test_a_jump_host_carries_the_connection_to_the_target(
     bastion, inner = ssh_host("bastion"), ssh_host("inner")
     args = _ssh_args(inner, known_hosts, client_key)
     jump = f"root@{bastion.address}:{bastion.port}"
-    result = cli("run", str(RUNBOOKS / "ten-commands.yaml"), *args, "--jump", jump, "--format", "json")
+    result = cli(
+        "run", str(RUNBOOKS / "ten-commands.yaml"), *args, "--jump", jump, "--format", "json"
+    )
     assert result.rc == 0, result.stderr
     assert result.json()["node"] == "inner"
     time.sleep(0.2)
