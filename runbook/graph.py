@@ -28,7 +28,8 @@ def edges(runbook: Runbook) -> list[Edge]:
             else:
                 continue
             if rule.when is None:
-                falls_through = False
+                # a stage with its own `when` can be skipped, and a skipped stage falls through
+                falls_through = stage.when is not None
                 break
         if falls_through:
             following = ids[position + 1] if position + 1 < len(ids) else END
