@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -28,6 +29,8 @@ from runbook.transports.base import CommandResult
 FORMAT = 1
 MAX_UNPACKED_BYTES = 4 * 1024**3
 MAX_MEMBERS = 20000
+#: replayed files larger than this are streamed by parsers rather than read whole
+LAZY_BYTES = 16 * 1024 * 1024
 
 
 def safe_member_name(name: str) -> PurePosixPath:
@@ -153,7 +156,9 @@ class Bundle:
             return CommandResult(name, command, collected=False, error=str(exc))
         if not path.is_file():
             return CommandResult(name, command, collected=False)
-        stdout = path.read_bytes().decode("utf-8", errors="replace")
+        size = path.stat().st_size
+        lazy = size > LAZY_BYTES
+        stdout = "" if lazy else path.read_bytes().decode("utf-8", errors="replace")
         stderr = ""
         err_path = path.with_name(path.name + ".err")
         if err_path.is_file():
@@ -163,7 +168,14 @@ class Bundle:
         if rc_path.is_file():
             text = rc_path.read_text(errors="replace").strip()
             exited = int(text) if text.lstrip("-").isdigit() else 0
-        return CommandResult(name, command, stdout=stdout, stderr=stderr, exited=exited)
+        return CommandResult(
+            name,
+            command,
+            stdout=stdout,
+            stderr=stderr,
+            exited=exited,
+            source_path=str(path) if lazy else None,
+        )
 
     def read_multi(self, pattern: str, command: str = "") -> CommandResult:
         """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
@@ -294,7 +306,11 @@ def write_result(root: Path, result: CommandResult) -> None:
     if not result.collected:
         return
     path = root.joinpath(*safe_member_name(result.name).parts)
-    _atomic_write(path, result.stdout.encode("utf-8", errors="replace"))
+    if result.source_path is not None and not result.stdout:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(result.source_path, path)
+    else:
+        _atomic_write(path, result.stdout.encode("utf-8", errors="replace"))
     rc = "timeout" if result.timed_out else ("" if result.exited is None else str(result.exited))
     _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
     err = result.stderr

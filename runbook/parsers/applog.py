@@ -28,7 +28,6 @@ from runbook.parsers._common import (
     files_under,
     find_time,
     is_collected,
-    iter_lines,
     to_jsonable,
 )
 from runbook.parsers.registry import Files, register
@@ -276,7 +275,7 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     collected_at = raw if isinstance(raw, str) and context_ref(context).year else None
     ranks: list[RankLog] = []
     for name, res in logs:
-        ranks.extend(parse_applog(iter_lines(res.stdout), source=name,
+        ranks.extend(parse_applog(res.lines(), source=name,
                                   rank=rank_from_name(name), collected_at=collected_at))
     facts = summarise(ranks)
     out: dict[str, Any] = to_jsonable(facts)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runbook.parsers._common import epoch_to_iso, is_collected, iter_lines, to_jsonable
+from runbook.parsers._common import epoch_to_iso, is_collected, to_jsonable
 from runbook.parsers.registry import Files, register
 
 SOURCE = "clock.txt"
@@ -72,6 +72,6 @@ def clock_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     result = files.get(SOURCE)
     if not is_collected(result):
         return {"collected": False}
-    facts: dict[str, Any] = to_jsonable(parse_clock(iter_lines(result.stdout)))
+    facts: dict[str, Any] = to_jsonable(parse_clock(result.lines()))
     facts["collected"] = True
     return facts

@@ -23,7 +23,6 @@ from runbook.parsers._common import (
     clip,
     context_ref,
     is_collected,
-    iter_lines,
     page_size,
     parse_kernel_prefix,
     to_epoch,
@@ -647,7 +646,7 @@ def _boot_epoch(files: Files, context: Mapping[str, Any]) -> float | None:
         return boot_time(now, float(up))
     clock = files.get("clock.txt")
     if is_collected(clock):
-        facts = parse_clock(iter_lines(clock.stdout))
+        facts = parse_clock(clock.lines())
         return facts.boot_epoch
     return None
 
@@ -671,7 +670,7 @@ def dmesg_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         raw = context.get("collected_at")
         collected_at = raw if isinstance(raw, str) else str(raw)
     facts = parse_dmesg(
-        iter_lines(result.stdout),
+        result.lines(),
         page_size=page_size(context),
         source=SOURCE,
         boot_epoch=_boot_epoch(files, context),

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runbook.parsers._common import is_collected, iter_lines, says_absent, to_jsonable
+from runbook.parsers._common import is_collected, says_absent, to_jsonable
 from runbook.parsers.registry import Files, register
 
 MEMINFO = "meminfo.txt"
@@ -97,7 +97,7 @@ def host_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     mem = files.get(MEMINFO)
     if is_collected(mem):
-        out["meminfo"] = {"collected": True, **to_jsonable(parse_meminfo(iter_lines(mem.stdout)))}
+        out["meminfo"] = {"collected": True, **to_jsonable(parse_meminfo(mem.lines()))}
     else:
         out["meminfo"] = {"collected": False}
     df = files.get(DF_SHM)
@@ -106,7 +106,7 @@ def host_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             out["shm"] = {"collected": True, "present": False}
         else:
             out["shm"] = {"collected": True, "present": True,
-                          **to_jsonable(parse_df(iter_lines(df.stdout)))}
+                          **to_jsonable(parse_df(df.lines()))}
     else:
         out["shm"] = {"collected": False}
     out["collected"] = out["meminfo"]["collected"] or out["shm"]["collected"]

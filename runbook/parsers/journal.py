@@ -22,7 +22,6 @@ from runbook.parsers._common import (
     clip,
     is_collected,
     iso,
-    iter_lines,
     parse_syslog_prefix,
     to_jsonable,
 )
@@ -137,7 +136,7 @@ def journal_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         if not is_collected(res):
             out[key] = {"collected": False}
             continue
-        facts = parse_journal(iter_lines(res.stdout), source=name, collected_at=collected_at)
+        facts = parse_journal(res.lines(), source=name, collected_at=collected_at)
         out[key] = {"collected": True, **to_jsonable(facts)}
         all_events.extend(to_jsonable(e) for e in facts.events)
     all_events.sort(key=lambda e: (e["time"] or "", e["source"], e["line"]))

@@ -29,7 +29,6 @@ from runbook.parsers._common import (
     files_under,
     find_time,
     is_collected,
-    iter_lines,
     to_jsonable,
 )
 from runbook.parsers.registry import Files, register
@@ -312,7 +311,7 @@ def nccl_log_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             if is_collected(v)]
     raw = context.get("collected_at")
     collected_at = raw if isinstance(raw, str) else None
-    parsed = [parse_nccl_log(iter_lines(v.stdout), source=k, collected_at=collected_at)
+    parsed = [parse_nccl_log(v.lines(), source=k, collected_at=collected_at)
               for k, v in logs]
     with_nccl = [p for p in parsed if p.nccl_lines or p.versions]
     out = merge(with_nccl)

@@ -20,7 +20,6 @@ from runbook.parsers._common import (
     clip,
     files_under,
     is_collected,
-    iter_lines,
     to_jsonable,
 )
 from runbook.parsers.nccl_log import merge, parse_nccl_log
@@ -192,8 +191,8 @@ def nccl_tests_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
     for name, res in files_under(files, PREFIX):
         if not is_collected(res):
             continue
-        facts = parse_nccl_tests(iter_lines(res.stdout), source=name)
-        nccl = merge([parse_nccl_log(iter_lines(res.stdout), source=name)])
+        facts = parse_nccl_tests(res.lines(), source=name)
+        nccl = merge([parse_nccl_log(res.lines(), source=name)])
         key = name[len(PREFIX):].rsplit(".", 1)[0]
         runs[key] = {
             "source": name, "rc": res.exited, **to_jsonable(facts), "passed": facts.passed

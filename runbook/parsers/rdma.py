@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runbook.parsers._common import is_collected, iter_lines, says_absent, to_jsonable
+from runbook.parsers._common import is_collected, says_absent, to_jsonable
 from runbook.parsers.registry import Files, register
 
 F_DEV = "dev-infiniband.txt"
@@ -170,7 +170,7 @@ def _ls_facts(res: Any) -> dict[str, Any]:
         return {"collected": True, "present": False, "entries": []}
     if res.exited not in (0, None):
         return {"collected": True, "present": None, "entries": [], "rc": res.exited}
-    listing = parse_ls(iter_lines(res.stdout))
+    listing = parse_ls(res.lines())
     return {"collected": True, "present": True, **to_jsonable(listing)}
 
 
@@ -182,14 +182,14 @@ def rdma_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     links: tuple[RdmaLink, ...] = ()
     res = files.get(F_LINK)
     if is_collected(res) and res.exited in (0, None):
-        links = parse_rdma_link(iter_lines(res.stdout))
+        links = parse_rdma_link(res.lines())
         out["rdma_link"] = {"collected": True, "links": to_jsonable(links)}
     else:
         out["rdma_link"] = {"collected": False}
     nets: tuple[IbNetdev, ...] = ()
     res = files.get(F_IB2NET)
     if is_collected(res) and res.exited in (0, None):
-        nets = parse_ibdev2netdev(iter_lines(res.stdout))
+        nets = parse_ibdev2netdev(res.lines())
         out["ibdev2netdev"] = {"collected": True, "mappings": to_jsonable(nets)}
     else:
         out["ibdev2netdev"] = {"collected": False}
@@ -197,7 +197,7 @@ def rdma_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     res = files.get(F_LSPCI)
     if is_collected(res):
         # `lspci | grep` exits 1 when nothing matched: that is an empty result, not a failure
-        pci = parse_lspci(iter_lines(res.stdout)) if res.exited in (0, 1, None) else None
+        pci = parse_lspci(res.lines()) if res.exited in (0, 1, None) else None
     out["lspci"] = {"collected": pci is not None, **(to_jsonable(pci) if pci else {})}
 
     devices: list[str] = list(out["sys_class_infiniband"].get("entries", []))

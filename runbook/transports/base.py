@@ -8,6 +8,8 @@ TargetError, and that happens when the transport is opened.
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -41,6 +43,19 @@ class CommandResult:
     #: False when the evidence is absent (a replayed bundle lacks the file)
     collected: bool = True
     extra: dict[str, str] = field(default_factory=dict, compare=False)
+    #: a replayed file too large to hold in memory: `stdout` is empty and `lines()` streams it
+    source_path: str | None = field(default=None, compare=False)
+
+    def lines(self) -> Iterator[str]:
+        """The output line by line (without line ends), streamed from `source_path` when the
+        evidence is file-backed, so a 1 GiB log is never held whole."""
+        if self.source_path is not None and not self.stdout:
+            with open(self.source_path, encoding="utf-8", errors="replace", newline="") as handle:
+                for line in handle:
+                    yield line.rstrip("\r\n")
+            return
+        for line in io.StringIO(self.stdout):
+            yield line.rstrip("\r\n")
 
     @property
     def ok(self) -> bool:
