@@ -26,6 +26,9 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.lexer import describe_token
+from jinja2.parser import Parser
 from jinja2 import ChainableUndefined, StrictUndefined
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -197,19 +200,39 @@ def evaluate(source: str, variables: Mapping[str, Any]) -> Any:
     return result
 
 
+def _unknown_names(tree: nodes.Node) -> str | None:
+    """What Jinja's code generator would refuse: a filter or test nobody registered. Checked on
+    the syntax tree, because generating code for every template of a runbook costs more than
+    the rest of a run (templates are compiled when first rendered, most never are)."""
+    for node in (tree, *tree.find_all((nodes.Filter, nodes.Test))):
+        if isinstance(node, nodes.Filter) and node.name not in _TEXT_ENV.filters:
+            return f"syntax error: No filter named {node.name!r}."
+        if isinstance(node, nodes.Test) and node.name not in _TEXT_ENV.tests:
+            return f"syntax error: No test named {node.name!r}."
+    return None
+
+
+@lru_cache(maxsize=4096)
 def check_template(source: str) -> str | None:
     """The problem in a template (syntax, or an unknown filter or test), or None."""
     try:
-        _TEXT_ENV.from_string(source)
+        tree = _TEXT_ENV.parse(source)
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
-    return None
+    return _unknown_names(tree)
 
 
+@lru_cache(maxsize=4096)
 def check_expression(source: str) -> str | None:
-    """The syntax problem in an expression, or None."""
+    """The problem in an expression (syntax, or an unknown filter or test), or None."""
     try:
-        _expression(source)
+        parser = Parser(_EXPR_ENV, source, state="variable")
+        tree = parser.parse_expression()
+        if not parser.stream.eos:
+            token = parser.stream.current
+            raise jinja2.TemplateSyntaxError(
+                f"unexpected {describe_token(token)!r}", token.lineno, None, None
+            )
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
-    return None
+    return _unknown_names(tree)

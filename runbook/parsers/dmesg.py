@@ -30,6 +30,7 @@ from runbook.parsers._common import (
 )
 from runbook.parsers.clock import boot_time, parse_clock
 from runbook.parsers.registry import Files, register
+from runbook.parsers.scan import candidates
 
 SOURCE = "dmesg.txt"
 #: a limit at or above this many bytes is "unlimited" (v1 prints PAGE_COUNTER_MAX pages)
@@ -166,6 +167,22 @@ class DmesgFacts:
 
 # --- patterns ------------------------------------------------------------------------------------
 
+#: literal keywords, one of which is on every line a record starts on or is recorded whole
+KEYWORDS = (
+    "oom-kill", "Task in ", ": usage ", "Kill process", "Killed process", "Out of memory",
+    "page allocation", "os_lock_user_pages", "Cannot map memory", "NVRM", "fallen off the bus",
+    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace",
+)  # fmt: skip
+#: keywords that open a multi-line record, and how many following lines it may span
+WINDOWS = {"Memory cgroup stats": 80, "AER": 6, "PCIe Bus Error": 6, "NVRM: The NVIDIA GPU": 4}
+
+#: every line on which a record can start or be recorded whole contains one of these
+_TRIGGER = re.compile(
+    r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
+    r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"
+    r"|Call Trace"
+)
+
 _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+(?:\([^)]*\))?)"
     r"(?:.*?\border=(?P<order>-?\d+))?(?:.*?oom_score_adj=(?P<adj>-?\d+))?"
@@ -296,14 +313,17 @@ class _Aer:
 
 
 def parse_dmesg(
-    lines: Iterable[str],
+    lines: Iterable[str] | Iterable[tuple[int, str]],
     *,
+    numbered: bool = False,
     page_size: int = 4096,
     source: str = SOURCE,
     boot_epoch: float | None = None,
     collected_at: str | None = None,
 ) -> DmesgFacts:
-    """Parse kernel log lines into DmesgFacts (see the module docstring)."""
+    """Parse kernel log lines into DmesgFacts (see the module docstring). With `numbered`,
+    `lines` yields (line number, line) pairs — only the lines `scan.candidates` picked out of
+    a big log (KEYWORDS, WINDOWS) — and everything else is taken to be chatter."""
     ref = TimeRef(collected_at)
     counter = Counter()
     memcg: list[OomEvent] = []
@@ -320,6 +340,7 @@ def parse_dmesg(
     #: the last page allocation failure whose call trace we may be reading, lines left
     trace_owner: int | None = None
     trace_left = 0
+    trace_until = 0
     trace_pinned = False
     pending_gpu: tuple[str, KernelEvidence, int] | None = None
     last_time: str | None = None
@@ -343,7 +364,22 @@ def parse_dmesg(
             counter.keep("aer", aers, aer.build())
             aer = None
 
-    for n, raw in enumerate(lines, 1):
+    pairs: Iterable[tuple[int, str]] = (
+        lines if numbered else enumerate(lines, 1)  # type: ignore[assignment,arg-type]
+    )
+    for n, raw in pairs:
+        # fast path: outside any multi-line record, a line that no record can start on is
+        # skipped before its timestamp is parsed (most of a big kernel log is such lines)
+        if (
+            not numbered
+            and oom is None
+            and trace_left <= 0
+            and pending_gpu is None
+            and (aer is None or n - aer.last_line > 6)
+            and not _TRIGGER.search(raw)
+        ):
+            last_time = last_up = None  # an unstamped line after this must not inherit a time
+            continue
         stamp = parse_kernel_prefix(raw, ref, boot_epoch)
         if stamp is not None:
             msg = stamp.message.strip()
@@ -365,8 +401,7 @@ def parse_dmesg(
         ev = KernelEvidence(source=source, line=n, time=last_time, text=clip(raw), uptime_s=last_up)
 
         # ---- call traces: os_lock_user_pages in the trace of an allocation failure
-        if trace_left > 0:
-            trace_left -= 1
+        trace_left = trace_until - n
         if msg.startswith("Call Trace") and trace_left <= 0:
             trace_pinned = False
         if "os_lock_user_pages" in msg:
@@ -507,7 +542,7 @@ def parse_dmesg(
             )
             counter.keep("page_alloc_failures", allocs, rec)
             trace_owner = len(allocs) - 1 if allocs and allocs[-1] is rec else None
-            trace_left, trace_pinned = 200, False
+            trace_until, trace_left, trace_pinned = n + 200, 200, False
             continue
         m = _CANNOT_MAP.search(msg)
         if m:
@@ -670,7 +705,8 @@ def dmesg_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         raw = context.get("collected_at")
         collected_at = raw if isinstance(raw, str) else str(raw)
     facts = parse_dmesg(
-        result.lines(),
+        candidates(result, KEYWORDS, WINDOWS),
+        numbered=True,
         page_size=page_size(context),
         source=SOURCE,
         boot_epoch=_boot_epoch(files, context),

@@ -26,6 +26,7 @@ from runbook.parsers._common import (
     to_jsonable,
 )
 from runbook.parsers.registry import Files, register
+from runbook.parsers.scan import candidates
 
 SOURCES = ("journal-kubelet.txt", "journal-containerd.txt")
 
@@ -65,6 +66,13 @@ _KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("oom-killed", re.compile(r"OOMKilled")),
     ("evicted", re.compile(r"Evicted|eviction manager: (?:pods?|must evict)", re.IGNORECASE)),
 )
+#: a literal on every line of a kind in _KINDS (the prefilter of big journals)
+KEYWORDS = (
+    "TaskOOM", "TaskExit event", "shim disconnected", "System OOM encountered",
+    "Got sys oom event", "SystemOOM", "illing container", "ContainerDied", "OOMKilled",
+    "victed", "viction manager", "-- ",
+)  # fmt: skip
+_ANY_KIND = re.compile("|".join(f"(?:{p.pattern})" for _, p in _KINDS), re.IGNORECASE)
 _UID = re.compile(
     r"(?:podUID=\"?|\"ID\":\"|pod)([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
 )
@@ -79,8 +87,10 @@ _CTIME = re.compile(r"\btime=\"([^\"]+)\"")
 
 
 def parse_journal(
-    lines: Iterable[str], *, source: str, collected_at: str | None = None
+    lines: Iterable[str] | candidates, *, source: str, collected_at: str | None = None
 ) -> JournalFacts:
+    """Journal lines, or `scan.candidates` over them (numbered lines holding KEYWORDS; the
+    first/last lines and the line count then come from the scan)."""
     ref = TimeRef(collected_at)
     counter = Counter()
     events: list[JournalEvent] = []
@@ -89,15 +99,24 @@ def parse_journal(
     last: str | None = None
     no_entries = False
     n = 0
-    for n, raw in enumerate(lines, 1):
+    last_raw: str | None = None
+    scanned = isinstance(lines, candidates)
+    pairs: Iterable[tuple[int, str]] = (
+        lines if isinstance(lines, candidates) else enumerate(lines, 1)
+    )
+    for n, raw in pairs:
         if raw.startswith("-- "):
             no_entries = no_entries or "No entries" in raw
             continue
+        if first is None and not scanned:
+            head = parse_syslog_prefix(raw, ref)
+            first = head.time if head else None
+        last_raw = raw
+        # fast path: only lines of a kind we record get their timestamp parsed
+        if not _ANY_KIND.search(raw):
+            continue
         stamp = parse_syslog_prefix(raw, ref)
         msg = stamp.message if stamp else raw
-        if stamp and stamp.time:
-            first = first or stamp.time
-            last = stamp.time
         kind = next((k for k, p in _KINDS if p.search(msg)), None)
         if kind is None:
             continue
@@ -108,18 +127,41 @@ def parse_journal(
         cname = _CNAME.search(msg)
         ex = _EXIT.search(msg)
         ct = _CTIME.search(msg)
-        counter.keep("events", events, JournalEvent(
-            source=source, line=n, time=stamp.time if stamp else None, text=clip(raw),
-            kind=kind, unit=stamp.ident if stamp else None,
-            precise_time=iso(ct.group(1)) if ct else None,
-            pod=pod.group(1) if pod else None,
-            pod_uid=uid.group(1).replace("_", "-") if uid else None,
-            container_id=cid.group(1) if cid else None,
-            container_name=cname.group(1) if cname else None,
-            exit_status=int(next(g for g in ex.groups() if g)) if ex else None,
-        ))
-    return JournalFacts(events=tuple(events), kinds=kinds, lines=n, first_time=first,
-                        last_time=last, no_entries=no_entries, totals=dict(counter.totals))
+        counter.keep(
+            "events",
+            events,
+            JournalEvent(
+                source=source,
+                line=n,
+                time=stamp.time if stamp else None,
+                text=clip(raw),
+                kind=kind,
+                unit=stamp.ident if stamp else None,
+                precise_time=iso(ct.group(1)) if ct else None,
+                pod=pod.group(1) if pod else None,
+                pod_uid=uid.group(1).replace("_", "-") if uid else None,
+                container_id=cid.group(1) if cid else None,
+                container_name=cname.group(1) if cname else None,
+                exit_status=int(next(g for g in ex.groups() if g)) if ex else None,
+            ),
+        )
+    if isinstance(lines, candidates):
+        n, last_raw = lines.total, lines.last
+        head = parse_syslog_prefix(lines.first, ref) if lines.first else None
+        first = head.time if head else None
+        no_entries = no_entries or bool(lines.first and "No entries" in lines.first)
+    if last_raw is not None:
+        tail = parse_syslog_prefix(last_raw, ref)
+        last = tail.time if tail else None
+    return JournalFacts(
+        events=tuple(events),
+        kinds=kinds,
+        lines=n,
+        first_time=first,
+        last_time=last,
+        no_entries=no_entries,
+        totals=dict(counter.totals),
+    )
 
 
 @register("journal", "journal-kubelet.txt, journal-containerd.txt: OOM and container lifecycle")
@@ -132,17 +174,18 @@ def journal_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     all_events: list[dict[str, Any]] = []
     for name in SOURCES:
         res = files.get(name)
-        key = name[len("journal-"):].rsplit(".", 1)[0]
+        key = name[len("journal-") :].rsplit(".", 1)[0]
         if not is_collected(res):
             out[key] = {"collected": False}
             continue
-        facts = parse_journal(res.lines(), source=name, collected_at=collected_at)
+        facts = parse_journal(candidates(res, KEYWORDS), source=name, collected_at=collected_at)
         out[key] = {"collected": True, **to_jsonable(facts)}
         all_events.extend(to_jsonable(e) for e in facts.events)
     all_events.sort(key=lambda e: (e["time"] or "", e["source"], e["line"]))
     out["events"] = all_events
-    out["oom_events"] = [e for e in all_events
-                         if e["kind"] in ("task-oom", "oom-killed", "system-oom")]
+    out["oom_events"] = [
+        e for e in all_events if e["kind"] in ("task-oom", "oom-killed", "system-oom")
+    ]
     if isinstance(want_uid, str):
         out["pod_events"] = [e for e in all_events if e["pod_uid"] == want_uid]
     out["collected"] = any(out[k]["collected"] for k in ("kubelet", "containerd"))
