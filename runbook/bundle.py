@@ -337,7 +337,9 @@ def now_iso() -> str:
 
 
 def context_of(meta: BundleMeta) -> Mapping[str, Any]:
-    return {
+    """Parser context from bundle.yaml; an optional `utc_offset` (`date +%z`) places the
+    node's naive log times."""
+    ctx: dict[str, Any] = {
         "node": meta.node,
         "collected_at": meta.collected_at,
         "page_size": meta.page_size,
@@ -345,3 +347,6 @@ def context_of(meta: BundleMeta) -> Mapping[str, Any]:
         "pod": meta.pod,
         "namespace": meta.namespace,
     }
+    if isinstance(meta.extra.get("utc_offset"), str):
+        ctx["utc_offset"] = meta.extra["utc_offset"]
+    return ctx

@@ -20,35 +20,102 @@ from runbook.errors import TemplateError
 VERDICT_FORMAT = 1
 
 
-def parse_time(value: Any) -> dt.datetime | None:
-    """ISO 8601 (naive times are taken as UTC), or None."""
+def utc_offset(text: Any) -> dt.timezone | None:
+    """`date +%z` output (`+0800`, `-0530`) as a timezone, or None."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
+    if len(text) == 5 and text[0] in "+-" and text[1:].isdigit():
+        minutes = int(text[1:3]) * 60 + int(text[3:])
+        return dt.timezone(dt.timedelta(minutes=minutes if text[0] == "+" else -minutes))
+    return None
+
+
+def parse_time(value: Any, local: dt.tzinfo | None = None) -> dt.datetime | None:
+    """ISO 8601, or None. A naive time (`dmesg -T`, syslog, most application logs) is the
+    node's local time: `local` when the node's UTC offset is known, else taken as UTC."""
     if not isinstance(value, str) or not value:
         return None
     try:
         parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=local or dt.timezone.utc)
 
 
-def _earliest_time(finding: Finding) -> dt.datetime | None:
-    times = [t for t in (parse_time(e.get("time")) for e in finding.evidence) if t is not None]
+#: the timeline keeps at most this many entries (anomalies first among those dropped last)
+TIMELINE_MAX = 400
+
+
+def _timed_evidence(value: Any, depth: int = 0) -> list[dict[str, Any]]:
+    """Every evidence record (a mapping with source, line and time) anywhere in some facts."""
+    if depth > 8:
+        return []
+    if isinstance(value, Mapping):
+        if "source" in value and "line" in value and value.get("time"):
+            return [dict(value)]
+        return [e for v in value.values() for e in _timed_evidence(v, depth + 1)]
+    if isinstance(value, list | tuple):
+        return [e for v in value for e in _timed_evidence(v, depth + 1)]
+    return []
+
+
+def build_timeline(conductor: Conductor, local: dt.tzinfo | None = None) -> list[dict[str, Any]]:
+    """Every timestamped piece of evidence the walk parsed — kernel, journals, application
+    logs, pod terminations — on one axis, the findings' evidence marked as anomalies."""
+    anomalies = {
+        (e.get("source"), e.get("line") or e.get("text"))
+        for record in conductor.records.values()
+        for f in record.findings
+        for e in f.evidence
+    }
+    entries: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for stage_id in conductor.path:
+        for facts in conductor.records[stage_id].facts.values():
+            for item in _timed_evidence(facts):
+                when = parse_time(item.get("time"), local)
+                key = (item.get("source"), item.get("line") or item.get("text"))
+                if when is None or key in entries:
+                    continue
+                entries[key] = {
+                    "time": when.astimezone(dt.timezone.utc).isoformat(),
+                    "source": item.get("source"),
+                    "line": item.get("line"),
+                    "text": str(item.get("text", ""))[:300],
+                    "stage": stage_id,
+                    "anomaly": key in anomalies,
+                }
+    ordered = sorted(entries.values(), key=lambda e: (e["time"], str(e["source"]), e["line"] or 0))
+    if len(ordered) > TIMELINE_MAX:
+        keep = {id(e) for e in ordered if e["anomaly"]}
+        room = max(0, TIMELINE_MAX - len(keep))
+        keep |= {id(e) for e in [e for e in ordered if not e["anomaly"]][:room]}
+        ordered = [e for e in ordered if id(e) in keep]
+    return ordered
+
+
+def _earliest_time(finding: Finding, local: dt.tzinfo | None = None) -> dt.datetime | None:
+    times = [t for t in (parse_time(e.get("time"), local) for e in finding.evidence) if t]
     return min(times) if times else None
 
 
-def order_by_time(findings: list[Finding]) -> list[Finding]:
+def order_by_time(findings: list[Finding], local: dt.tzinfo | None = None) -> list[Finding]:
     """Timed findings by time first, then the untimed ones in walk order (stable)."""
-    timed = [(t, i, f) for i, f in enumerate(findings) if (t := _earliest_time(f)) is not None]
-    untimed = [f for f in findings if _earliest_time(f) is None]
+    timed = [
+        (t, i, f) for i, f in enumerate(findings) if (t := _earliest_time(f, local)) is not None
+    ]
+    untimed = [f for f in findings if _earliest_time(f, local) is None]
     return [f for _, _, f in sorted(timed, key=lambda x: (x[0], x[1]))] + untimed
 
 
-def _first_evidence(finding: Finding) -> dict[str, Any]:
+def _first_evidence(finding: Finding, local: dt.tzinfo | None = None) -> dict[str, Any]:
     if not finding.evidence:
         return {"source": f"stage:{finding.stage}", "text": finding.text}
-    timed = [e for e in finding.evidence if parse_time(e.get("time"))]
+    timed = [
+        (t, i, e) for i, e in enumerate(finding.evidence) if (t := parse_time(e.get("time"), local))
+    ]
     if timed:
-        return dict(min(timed, key=lambda e: parse_time(e["time"])))  # type: ignore[arg-type,return-value]
+        return dict(min(timed, key=lambda x: (x[0], x[1]))[2])
     return dict(finding.evidence[0])
 
 
@@ -83,11 +150,15 @@ def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict
     return proposal
 
 
-def build_verdict(conductor: Conductor, *, node: str, target: str = "") -> dict[str, Any]:
+def build_verdict(
+    conductor: Conductor, *, node: str, target: str = "", local_utc_offset: str | None = None
+) -> dict[str, Any]:
+    """The verdict; `local_utc_offset` (`date +%z` of the node) places naive log times."""
     runbook = conductor.runbook
+    local = utc_offset(local_utc_offset)
     walked = [conductor.records[s] for s in conductor.path]
     findings = [f for record in walked for f in record.findings]
-    ordered = order_by_time(findings)
+    ordered = order_by_time(findings, local)
     with_cause = [f for f in ordered if f.cause]
     problems = [r for r in walked if r.status in (Status.ERROR, Status.NOT_COLLECTED)]
     # evidence that is absent lowers nothing; evidence we failed to read (errors) does
@@ -162,7 +233,7 @@ def build_verdict(conductor: Conductor, *, node: str, target: str = "") -> dict[
         "root_cause": root_cause,
         "confidence": confidence,
         "surfaced_as": surfaced_as,
-        "first_anomaly": _first_evidence(ordered[0]) if ordered else None,
+        "first_anomaly": _first_evidence(ordered[0], local) if ordered else None,
         "chain": [
             {
                 "stage": f.stage,
@@ -177,6 +248,7 @@ def build_verdict(conductor: Conductor, *, node: str, target: str = "") -> dict[
         "ruled_out": ruled_out,
         "stages": [stage_summary(conductor, s.id) for s in runbook.stages],
         "proposals": proposals,
+        "timeline": build_timeline(conductor, local),
     }
 
 

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 PREAMBLE = (
     Probe("hostname.txt", "hostname", 10.0),
     Probe("clock.txt", "date +%s.%N; cat /proc/uptime", 10.0),
+    Probe("timezone.txt", "date +%z", 10.0),
 )
 
 
@@ -133,6 +134,25 @@ def _parse(
     return facts, errors
 
 
+def _clock_context(results: Mapping[str, CommandResult]) -> dict[str, Any]:
+    """What the preamble says about the node's clocks: `now` and `uptime_s` (kernel monotonic
+    seconds to wall time), `collected_at` (the year of year-less log times), `utc_offset`."""
+    from runbook.parsers.clock import parse_clock
+
+    ctx: dict[str, Any] = {}
+    clock = results.get("clock.txt")
+    if clock is not None and clock.ok:
+        facts = parse_clock(clock.lines())
+        if facts.now is not None:
+            ctx["now"] = ctx["collected_at"] = facts.now
+        if facts.uptime_s is not None:
+            ctx["uptime_s"] = facts.uptime_s
+    zone = results.get("timezone.txt")
+    if zone is not None and zone.ok and zone.stdout.strip():
+        ctx["utc_offset"] = zone.stdout.strip()
+    return ctx
+
+
 def node_name(results: Mapping[str, CommandResult], default: str) -> str:
     result = results.get("hostname.txt")
     if result is not None and result.ok and result.stdout.strip():
@@ -165,6 +185,7 @@ def execute(
     ctx: dict[str, Any] = {
         "node": node,
         "page_size": 4096,
+        **_clock_context(all_results),
         **(context or {}),
         "vars": conductor.vars,
     }
@@ -190,6 +211,9 @@ def execute(
             pieces = (
                 bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
             )
+            if pieces and pieces[0] is not result:
+                # parsers see the files, not the joined multi-file output they came in
+                del results[result.name]
             for piece in pieces:
                 results.setdefault(piece.name, piece)
                 all_results[piece.name] = piece
@@ -227,7 +251,12 @@ def execute(
             )
             run_dir.save_state(conductor.to_state())
 
-    verdict = build_verdict(conductor, node=node, target=transport.description)
+    verdict = build_verdict(
+        conductor,
+        node=node,
+        target=transport.description,
+        local_utc_offset=ctx.get("utc_offset"),
+    )
     verdict["duration_s"] = round(time.monotonic() - started, 3)
     if run_dir:
         meta = bundle_mod.BundleMeta(

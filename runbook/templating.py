@@ -26,11 +26,10 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import ChainableUndefined, StrictUndefined, nodes
+from jinja2.exceptions import SecurityError
 from jinja2.lexer import describe_token
 from jinja2.parser import Parser
-from jinja2 import ChainableUndefined, StrictUndefined
-from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from runbook.errors import TemplateError

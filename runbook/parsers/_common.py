@@ -217,8 +217,9 @@ def parse_syslog_prefix(line: str, ref: TimeRef) -> Stamp | None:
             else None
         )
     pid = m.group("pid")
-    return Stamp(time, None, m.group("msg"), m.group("host"), m.group("ident"),
-                 int(pid) if pid else None)
+    return Stamp(
+        time, None, m.group("msg"), m.group("host"), m.group("ident"), int(pid) if pid else None
+    )
 
 
 def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None) -> Stamp | None:
@@ -235,12 +236,12 @@ def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None
     if m:
         mon, day, hms, frac, year = m.groups()
         time = ref.make(MONTHS.get(mon, 1), int(day), hms, frac, year=int(year))
-        return Stamp(time, None, line[m.end():])
+        return Stamp(time, None, line[m.end() :])
     m = _MONO.match(line)
     if m:
         up = float(m.group(1))
         time = epoch_to_iso(boot_epoch + up) if boot_epoch is not None else None
-        return Stamp(time, up, line[m.end():])
+        return Stamp(time, up, line[m.end() :])
     sys = parse_syslog_prefix(line, ref)
     if sys is not None:
         msg = sys.message
@@ -248,11 +249,11 @@ def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None
         mm = _MONO.match(msg)
         if mm:
             up2 = float(mm.group(1))
-            msg = msg[mm.end():]
+            msg = msg[mm.end() :]
         return Stamp(sys.time, up2, msg, sys.host, sys.ident, sys.pid)
     m = _ISO_PREFIX.match(line)
     if m:
-        return Stamp(iso(m.group(1)), None, line[m.end():])
+        return Stamp(iso(m.group(1)), None, line[m.end() :])
     return None
 
 

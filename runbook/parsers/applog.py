@@ -76,25 +76,49 @@ class AppLogFacts:
 _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE))
     for name, pattern in (
-        ("cuda-oom", r"CUDA out of memory|OutOfMemoryError|Cuda failure '?out of memory|"
-                     r"CUDA_ERROR_OUT_OF_MEMORY|CUDA error: out of memory|Failed to CUDA calloc|"
-                     r"ResourceExhaustedError|OOM when allocating tensor"),
-        ("shm", r"/dev/shm|posix_fallocate|shared memory segment|insufficient shared memory|"
-                r"bus error"),
-        ("store-timeout", r"DistStoreError|waiting for clients|TCPStore|store.*timed? ?out|"
-                          r"Socket Timeout|rendezvous.*time"),
-        ("collective-timeout", r"Watchdog caught collective operation timeout|"
-                               r"collective operation timeout|NCCL.*timed? ?out"),
-        ("peer-connection", r"DistNetworkError|Connection reset by peer|Connection closed by peer|"
-                            r"Failed to recv|remote process exited|ncclRemoteError|"
-                            r"Broken pipe|peer.*(?:closed|exited|disconnect)"),
-        ("nccl-init", r"ncclCommInitRank|ncclUnhandledCudaError|ncclInternalError|"
-                      r"ncclSystemError|ncclInvalidUsage|NCCL error|NCCL WARN|"
-                      r"unhandled (?:cuda|system) error|ProcessGroupNCCL"),
-        ("socket", r"Connection refused|Connection timed out|Address already in use|"
-                   r"No route to host|Network is unreachable|gloo.*connect"),
-        ("killed", r"SIGKILL|signal 9\b|Signals\.SIGKILL|exitcode\s*:\s*-9\b|^Killed$|"
-                   r"exit code 137|exited with code 137"),
+        (
+            "cuda-oom",
+            r"CUDA out of memory|OutOfMemoryError|Cuda failure '?out of memory|"
+            r"CUDA_ERROR_OUT_OF_MEMORY|CUDA error: out of memory|Failed to CUDA calloc|"
+            r"ResourceExhaustedError|OOM when allocating tensor",
+        ),
+        (
+            "shm",
+            r"/dev/shm|posix_fallocate|shared memory segment|insufficient shared memory|"
+            r"bus error",
+        ),
+        (
+            "store-timeout",
+            r"DistStoreError|waiting for clients|TCPStore|store.*timed? ?out|"
+            r"Socket Timeout|rendezvous.*time",
+        ),
+        (
+            "collective-timeout",
+            r"Watchdog caught collective operation timeout|"
+            r"collective operation timeout|NCCL.*timed? ?out",
+        ),
+        (
+            "peer-connection",
+            r"DistNetworkError|Connection reset by peer|Connection closed by peer|"
+            r"Failed to recv|remote process exited|ncclRemoteError|"
+            r"Broken pipe|peer.*(?:closed|exited|disconnect)",
+        ),
+        (
+            "nccl-init",
+            r"ncclCommInitRank|ncclUnhandledCudaError|ncclInternalError|"
+            r"ncclSystemError|ncclInvalidUsage|NCCL error|NCCL WARN|"
+            r"unhandled (?:cuda|system) error|ProcessGroupNCCL",
+        ),
+        (
+            "socket",
+            r"Connection refused|Connection timed out|Address already in use|"
+            r"No route to host|Network is unreachable|gloo.*connect",
+        ),
+        (
+            "killed",
+            r"SIGKILL|signal 9\b|Signals\.SIGKILL|exitcode\s*:\s*-9\b|^Killed$|"
+            r"exit code 137|exited with code 137",
+        ),
         ("host-oom", r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory"),
         ("cuda", r"CUDA error|CUDA_ERROR|cudaError|Cuda failure|CUDA driver"),
     )
@@ -155,9 +179,12 @@ class _Rank:
         if self.first is None:
             self.first = err
             self.nccl_before = self.nccl_seen
-        elif self.first.category == "application-exception" and err.category not in (
-            "application-exception",
-        ) and err.line == self.first.line + 1 and self.first.exception is None:
+        elif (
+            self.first.category == "application-exception"
+            and err.category not in ("application-exception",)
+            and err.line == self.first.line + 1
+            and self.first.exception is None
+        ):
             # "ERROR: ..." then the specific line right after: keep the specific class
             self.first = err
         self.last = err
@@ -183,7 +210,7 @@ def parse_applog(
             m = pat.match(line)
             if m:
                 r = int(m.group("r"))
-                line = line[m.end():]
+                line = line[m.end() :]
                 break
         state = ranks.get(r)
         if state is None:
@@ -201,8 +228,11 @@ def parse_applog(
         if "NCCL INFO" in line:
             state.nccl_seen = True
             continue
-        if stripped.startswith(_TRACEBACK) or stripped.startswith("During handling of") or \
-                stripped.startswith("The above exception was the direct cause"):
+        if (
+            stripped.startswith(_TRACEBACK)
+            or stripped.startswith("During handling of")
+            or stripped.startswith("The above exception was the direct cause")
+        ):
             state.in_traceback = True
             continue
         if state.in_traceback:
@@ -213,16 +243,30 @@ def parse_applog(
         if cat is None:
             continue
         em = _EXC.match(stripped)
-        state.add(AppError(
-            source=source, line=n, time=t if t is not None else last_time, text=clip(raw),
-            rank=r, category=cat, exception=em.group("name") if em else _inline_exc(stripped),
-            time_inferred=t is None and last_time is not None,
-        ))
+        state.add(
+            AppError(
+                source=source,
+                line=n,
+                time=t if t is not None else last_time,
+                text=clip(raw),
+                rank=r,
+                category=cat,
+                exception=em.group("name") if em else _inline_exc(stripped),
+                time_inferred=t is None and last_time is not None,
+            )
+        )
     return tuple(
         RankLog(
-            rank=s.rank, source=source, lines=s.lines, first_error=s.first, last_error=s.last,
-            error_count=s.count, categories=s.cats, nccl_started_before_error=s.nccl_before,
-            first_time=s.first_time, last_time=s.last_time,
+            rank=s.rank,
+            source=source,
+            lines=s.lines,
+            first_error=s.first,
+            last_error=s.last,
+            error_count=s.count,
+            categories=s.cats,
+            nccl_started_before_error=s.nccl_before,
+            first_time=s.first_time,
+            last_time=s.last_time,
         )
         for s in ranks.values()
         if s.lines
@@ -275,8 +319,11 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     collected_at = raw if isinstance(raw, str) and context_ref(context).year else None
     ranks: list[RankLog] = []
     for name, res in logs:
-        ranks.extend(parse_applog(res.lines(), source=name,
-                                  rank=rank_from_name(name), collected_at=collected_at))
+        ranks.extend(
+            parse_applog(
+                res.lines(), source=name, rank=rank_from_name(name), collected_at=collected_at
+            )
+        )
     facts = summarise(ranks)
     out: dict[str, Any] = to_jsonable(facts)
     out["collected"] = True

@@ -21,8 +21,13 @@ from runbook.parsers.registry import Files, register
 PREFIX = "cgroup/"
 UNLIMITED = 1 << 62
 V2_FILES = ("memory.max", "memory.current", "memory.peak", "memory.events")
-V1_FILES = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.max_usage_in_bytes",
-            "memory.failcnt", "memory.oom_control")
+V1_FILES = (
+    "memory.limit_in_bytes",
+    "memory.usage_in_bytes",
+    "memory.max_usage_in_bytes",
+    "memory.failcnt",
+    "memory.oom_control",
+)
 
 
 @dataclass(frozen=True)
@@ -127,10 +132,22 @@ def parse_cgroup(texts: Mapping[str, str]) -> CgroupFacts:
             if value is not None and value >= limit - s:
                 at_limit = True
     return CgroupFacts(
-        version=version, limit_bytes=limit, usage_bytes=usage, peak_bytes=peak, failcnt=failcnt,
-        oom_events=oom_events, oom_kills=oom_kills, anon_bytes=anon, file_bytes=file_,
-        shmem_bytes=shmem, usage_at_limit=at_limit, slack_bytes=s, under_oom=under_oom,
-        events=events, stat=stat, files=names,
+        version=version,
+        limit_bytes=limit,
+        usage_bytes=usage,
+        peak_bytes=peak,
+        failcnt=failcnt,
+        oom_events=oom_events,
+        oom_kills=oom_kills,
+        anon_bytes=anon,
+        file_bytes=file_,
+        shmem_bytes=shmem,
+        usage_at_limit=at_limit,
+        slack_bytes=s,
+        under_oom=under_oom,
+        events=events,
+        stat=stat,
+        files=names,
     )
 
 
@@ -141,7 +158,7 @@ def cgroup_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     for name, res in files.items():
         if not name.startswith(PREFIX) or not is_collected(res):
             continue
-        base = name[len(PREFIX):].rsplit("/", 1)[-1]
+        base = name[len(PREFIX) :].rsplit("/", 1)[-1]
         if res.exited not in (0, None):
             absent.append(base)
             continue

@@ -209,8 +209,7 @@ _KILL_SACRIFICE = re.compile(
 )
 _NO_KILLABLE = re.compile(r"^Out of memory and no killable processes")
 _KB = {
-    k: re.compile(rf"\b{k}:\s*(\d+)kB")
-    for k in ("total-vm", "anon-rss", "file-rss", "shmem-rss")
+    k: re.compile(rf"\b{k}:\s*(\d+)kB") for k in ("total-vm", "anon-rss", "file-rss", "shmem-rss")
 }
 _UID = re.compile(r"\bUID:?\s*(\d+)")
 _ADJ = re.compile(r"oom_score_adj:(-?\d+)")
@@ -292,8 +291,13 @@ class _Oom:
 
 
 class _Aer:
-    def __init__(self, ev: KernelEvidence, severity: Literal["corrected", "non-fatal", "fatal"],
-                 reporter: str | None, device: str | None) -> None:
+    def __init__(
+        self,
+        ev: KernelEvidence,
+        severity: Literal["corrected", "non-fatal", "fatal"],
+        reporter: str | None,
+        device: str | None,
+    ) -> None:
         self.ev, self.severity, self.reporter, self.device = ev, severity, reporter, device
         self.error_type: str | None = None
         self.vendor_device: str | None = None
@@ -304,11 +308,20 @@ class _Aer:
 
     def build(self) -> AerEvent:
         return AerEvent(
-            source=self.ev.source, line=self.ev.line, time=self.ev.time, text=self.ev.text,
-            uptime_s=self.ev.uptime_s, severity=self.severity, fatal=self.severity == "fatal",
-            uncorrected=self.severity != "corrected", reporter=self.reporter, device=self.device,
-            error_type=self.error_type, vendor_device=self.vendor_device,
-            errors=tuple(self.errors), first_error=self.first,
+            source=self.ev.source,
+            line=self.ev.line,
+            time=self.ev.time,
+            text=self.ev.text,
+            uptime_s=self.ev.uptime_s,
+            severity=self.severity,
+            fatal=self.severity == "fatal",
+            uncorrected=self.severity != "corrected",
+            reporter=self.reporter,
+            device=self.device,
+            error_type=self.error_type,
+            vendor_device=self.vendor_device,
+            errors=tuple(self.errors),
+            first_error=self.first,
         )
 
 
@@ -412,8 +425,11 @@ def parse_dmesg(
                 if owner is not None and owner < len(allocs):
                     allocs[owner] = replace(allocs[owner], nvidia_pinning=True)
                     comm = allocs[owner].comm
-                counter.keep("pin_failures", pins,
-                             PinFailure(**_ev(ev), kind="os_lock_user_pages", comm=comm))
+                counter.keep(
+                    "pin_failures",
+                    pins,
+                    PinFailure(**_ev(ev), kind="os_lock_user_pages", comm=comm),
+                )
             continue
 
         # ---- OOM events
@@ -551,10 +567,18 @@ def parse_dmesg(
             comm = None
             if trace_owner is not None and trace_left > 0 and trace_owner < len(allocs):
                 comm = allocs[trace_owner].comm
-            counter.keep("pin_failures", pins, PinFailure(
-                **_ev(ev), kind="cannot-map", comm=comm, base_addr=m.group("addr"), pages=pages,
-                bytes=pages * page_size,
-            ))
+            counter.keep(
+                "pin_failures",
+                pins,
+                PinFailure(
+                    **_ev(ev),
+                    kind="cannot-map",
+                    comm=comm,
+                    base_addr=m.group("addr"),
+                    pages=pages,
+                    bytes=pages * page_size,
+                ),
+            )
             continue
 
         # ---- Xid and fallen off the bus
@@ -577,12 +601,23 @@ def parse_dmesg(
                 action = am2.group(1) if am2 else None
             seen_key = (dev.lower(), code)
             xid_seen[seen_key] = xid_seen.get(seen_key, 0) + 1
-            counter.keep("xids", xids, XidEvent(
-                **_ev(ev), code=code, device=dev, pid=pid, process=proc, detail=clip(rest),
-                meaning=info.meaning, category=info.category, gpu_fault=info.gpu_fault,
-                drain=info.drain or xidtable.recovery_action_drains(action),
-                recovery_action=action,
-            ))
+            counter.keep(
+                "xids",
+                xids,
+                XidEvent(
+                    **_ev(ev),
+                    code=code,
+                    device=dev,
+                    pid=pid,
+                    process=proc,
+                    detail=clip(rest),
+                    meaning=info.meaning,
+                    category=info.category,
+                    gpu_fault=info.gpu_fault,
+                    drain=info.drain or xidtable.recovery_action_drains(action),
+                    recovery_action=action,
+                ),
+            )
             if code == 79:
                 counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=dev, xid=79))
             continue
@@ -594,16 +629,18 @@ def parse_dmesg(
         m = _NVIDIA_GPU.search(msg)
         if m:
             if "fallen off the bus" in msg:
-                counter.keep("fallen_off_bus", fallen,
-                             FallenOffBus(**_ev(ev), device=m.group("dev")))
+                counter.keep(
+                    "fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=m.group("dev"))
+                )
             else:
                 pending_gpu = (m.group("dev"), ev, n)
             continue
         if "fallen off the bus" in msg:
             if pending_gpu is not None and n - pending_gpu[2] <= 4:
                 dev_name, first_ev, _ = pending_gpu
-                counter.keep("fallen_off_bus", fallen,
-                             FallenOffBus(**_ev(first_ev), device=dev_name))
+                counter.keep(
+                    "fallen_off_bus", fallen, FallenOffBus(**_ev(first_ev), device=dev_name)
+                )
             else:
                 counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=None))
             pending_gpu = None
@@ -613,8 +650,9 @@ def parse_dmesg(
         m = _AER_RECEIVED.match(msg)
         if m:
             finish_aer()
-            aer = _Aer(ev, _severity(m.group("sev"), m.group("fat")),
-                       m.group("rep"), m.group("dev"))
+            aer = _Aer(
+                ev, _severity(m.group("sev"), m.group("fat")), m.group("rep"), m.group("dev")
+            )
             continue
         m = _AER_BUS.match(msg)
         if m:
@@ -670,8 +708,13 @@ def parse_dmesg(
 
 
 def _ev(ev: KernelEvidence) -> dict[str, Any]:
-    return {"source": ev.source, "line": ev.line, "time": ev.time, "text": ev.text,
-            "uptime_s": ev.uptime_s}
+    return {
+        "source": ev.source,
+        "line": ev.line,
+        "time": ev.time,
+        "text": ev.text,
+        "uptime_s": ev.uptime_s,
+    }
 
 
 def _boot_epoch(files: Files, context: Mapping[str, Any]) -> float | None:

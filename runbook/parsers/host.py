@@ -88,8 +88,9 @@ def parse_df(lines: Iterable[str]) -> DfFacts:
     use = int(pct.rstrip("%")) if pct.rstrip("%").isdecimal() else None
     size_b, used_b, avail_b = num(size), num(used), num(avail)
     full = avail_b == 0 or (use is not None and use >= 100)
-    return DfFacts(fs, mount, size_b, used_b, avail_b, use, full,
-                   full or (use is not None and use >= 90))
+    return DfFacts(
+        fs, mount, size_b, used_b, avail_b, use, full, full or (use is not None and use >= 90)
+    )
 
 
 @register("host", "meminfo.txt and df-shm.txt: host memory and /dev/shm usage")
@@ -105,8 +106,7 @@ def host_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         if says_absent(df):
             out["shm"] = {"collected": True, "present": False}
         else:
-            out["shm"] = {"collected": True, "present": True,
-                          **to_jsonable(parse_df(df.lines()))}
+            out["shm"] = {"collected": True, "present": True, **to_jsonable(parse_df(df.lines()))}
     else:
         out["shm"] = {"collected": False}
     out["collected"] = out["meminfo"]["collected"] or out["shm"]["collected"]

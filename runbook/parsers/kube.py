@@ -24,9 +24,21 @@ POD = "pod.json"
 NODE = "node.json"
 
 _SUFFIX: dict[str, int | Decimal] = {
-    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "Ei": 1024**6,
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
 }
 _QUANTITY = re.compile(
     r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
@@ -183,8 +195,11 @@ def _termination(value: Any) -> Termination | None:
     if not t:
         return None
     return Termination(
-        reason=_s(t.get("reason")), exit_code=_i(t.get("exitCode")), signal=_i(t.get("signal")),
-        started_at=_s(t.get("startedAt")), finished_at=_s(t.get("finishedAt")),
+        reason=_s(t.get("reason")),
+        exit_code=_i(t.get("exitCode")),
+        signal=_i(t.get("signal")),
+        started_at=_s(t.get("startedAt")),
+        finished_at=_s(t.get("finishedAt")),
         message=(_s(t.get("message")) or None) and str(t.get("message"))[:300],
     )
 
@@ -220,11 +235,15 @@ def _pod(obj: dict[str, Any]) -> PodFacts:
         medium = _s(ed.get("medium")) if ed is not None else None
         if medium == "Memory":
             mem_volumes.add(name)
-        volumes.append(VolumeFacts(
-            name=name, kind=kind, medium=medium or None,
-            size_limit_bytes=parse_quantity(ed.get("sizeLimit")) if ed is not None else None,
-            mounted_at=tuple(mounts.get(name, ())),
-        ))
+        volumes.append(
+            VolumeFacts(
+                name=name,
+                kind=kind,
+                medium=medium or None,
+                size_limit_bytes=parse_quantity(ed.get("sizeLimit")) if ed is not None else None,
+                mounted_at=tuple(mounts.get(name, ())),
+            )
+        )
     for init, key in ((False, "containers"), (True, "initContainers")):
         for c in _l(spec.get(key)):
             c = _d(c)
@@ -235,21 +254,27 @@ def _pod(obj: dict[str, Any]) -> PodFacts:
             term = _termination(state.get("terminated"))
             last = _termination(_d(cs.get("lastState")).get("terminated"))
             shm = tuple(
-                _s(_d(vm).get("mountPath")) or "" for vm in _l(c.get("volumeMounts"))
+                _s(_d(vm).get("mountPath")) or ""
+                for vm in _l(c.get("volumeMounts"))
                 if _d(vm).get("name") in mem_volumes
             )
-            containers.append(ContainerFacts(
-                name=name, init=init, restarts=_i(cs.get("restartCount")) or 0,
-                ready=cs.get("ready") if isinstance(cs.get("ready"), bool) else None,
-                state=next(iter(state), None),
-                terminated=term, last_terminated=last,
-                memory_request_bytes=parse_quantity(_d(res.get("requests")).get("memory")),
-                memory_limit_bytes=parse_quantity(_d(res.get("limits")).get("memory")),
-                oom_killed=any(t is not None and t.oom_killed for t in (term, last)),
-                sigkilled=_killed(term) or _killed(last),
-                container_id=_s(cs.get("containerID")),
-                shm_mounts=shm,
-            ))
+            containers.append(
+                ContainerFacts(
+                    name=name,
+                    init=init,
+                    restarts=_i(cs.get("restartCount")) or 0,
+                    ready=cs.get("ready") if isinstance(cs.get("ready"), bool) else None,
+                    state=next(iter(state), None),
+                    terminated=term,
+                    last_terminated=last,
+                    memory_request_bytes=parse_quantity(_d(res.get("requests")).get("memory")),
+                    memory_limit_bytes=parse_quantity(_d(res.get("limits")).get("memory")),
+                    oom_killed=any(t is not None and t.oom_killed for t in (term, last)),
+                    sigkilled=_killed(term) or _killed(last),
+                    container_id=_s(cs.get("containerID")),
+                    shm_mounts=shm,
+                )
+            )
     main = [c for c in containers if not c.init]
     limits = [c.memory_limit_bytes for c in main]
     requests = [c.memory_request_bytes for c in main]
@@ -257,11 +282,18 @@ def _pod(obj: dict[str, Any]) -> PodFacts:
     qos = _s(status.get("qosClass"))
     labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
     return PodFacts(
-        name=_s(meta.get("name")), namespace=_s(meta.get("namespace")), uid=uid,
-        node_name=_s(spec.get("nodeName")), qos_class=qos, phase=_s(status.get("phase")),
-        reason=_s(status.get("reason")), containers=tuple(containers), volumes=tuple(volumes),
+        name=_s(meta.get("name")),
+        namespace=_s(meta.get("namespace")),
+        uid=uid,
+        node_name=_s(spec.get("nodeName")),
+        qos_class=qos,
+        phase=_s(status.get("phase")),
+        reason=_s(status.get("reason")),
+        containers=tuple(containers),
+        volumes=tuple(volumes),
         memory_limit_bytes=sum(x for x in limits if x is not None)
-        if limits and all(x is not None for x in limits) else None,
+        if limits and all(x is not None for x in limits)
+        else None,
         memory_request_bytes=sum(x for x in requests if x is not None) if requests else None,
         oom_killed=any(c.oom_killed for c in containers),
         restarts=sum(c.restarts for c in containers),
@@ -299,8 +331,12 @@ def parse_node(text: str) -> NodeFacts | None:
     meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
     labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
     conds = tuple(
-        NodeCondition(type=str(c.get("type")), status=str(c.get("status")),
-                      reason=_s(c.get("reason")), message=_s(c.get("message")))
+        NodeCondition(
+            type=str(c.get("type")),
+            status=str(c.get("status")),
+            reason=_s(c.get("reason")),
+            message=_s(c.get("message")),
+        )
         for c in (_d(x) for x in _l(status.get("conditions")))
         if c.get("type")
     )
@@ -326,17 +362,41 @@ def parse_node(text: str) -> NodeFacts | None:
     )
 
 
+def _terminations(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each container termination as timeline evidence (pod.json has no useful line numbers:
+    `line` is None and the container and state say where)."""
+    found = []
+    for container in pod.get("containers") or []:
+        for state in ("terminated", "last_terminated"):
+            term = container.get(state)
+            if not isinstance(term, Mapping) or not term.get("finished_at"):
+                continue
+            signal = f", signal {term['signal']}" if term.get("signal") else ""
+            found.append({
+                "source": POD,
+                "line": None,
+                "time": term["finished_at"],
+                "text": f"container {container.get('name')} {state.replace('_', ' ')}: "
+                        f"{term.get('reason') or '?'} (exit {term.get('exit_code')}{signal})",
+            })  # fmt: skip
+    return found
+
+
 @register("kube", "pod.json and node.json: containers, terminations, limits, shm, node memory")
 def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     pod_res = files.get(POD)
     if is_collected(pod_res) and pod_res.exited in (0, None):
         pods = parse_pods(pod_res.stdout)
-        wanted = context.get("vars", {}).get("pod") if isinstance(context.get("vars"), dict) \
-            else None
+        wanted = (
+            context.get("vars", {}).get("pod") if isinstance(context.get("vars"), dict) else None
+        )
         chosen = next((p for p in pods if p.name == wanted), pods[0] if pods else None)
-        out["pod"] = {"collected": True, "parsed": chosen is not None,
-                      **(to_jsonable(chosen) if chosen else {})}
+        out["pod"] = {
+            "collected": True,
+            "parsed": chosen is not None,
+            **(to_jsonable(chosen) if chosen else {}),
+        }
         out["pods"] = to_jsonable(pods)
         if chosen:
             out["pod"]["memory_emptydirs"] = [
@@ -347,16 +407,23 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
                 for v in chosen.volumes
                 if v.medium == "Memory" and v.size_limit_bytes is None
             ]
+            out["pod"]["terminations"] = _terminations(out["pod"])
     else:
-        out["pod"] = {"collected": False,
-                      "present": False if pod_res is not None and is_collected(pod_res)
-                      and "NotFound" in pod_res.stderr else None}
+        out["pod"] = {
+            "collected": False,
+            "present": False
+            if pod_res is not None and is_collected(pod_res) and "NotFound" in pod_res.stderr
+            else None,
+        }
         out["pods"] = []
     node_res = files.get(NODE)
     if is_collected(node_res) and node_res.exited in (0, None):
         node = parse_node(node_res.stdout)
-        out["node"] = {"collected": True, "parsed": node is not None,
-                       **(to_jsonable(node) if node else {})}
+        out["node"] = {
+            "collected": True,
+            "parsed": node is not None,
+            **(to_jsonable(node) if node else {}),
+        }
     else:
         out["node"] = {"collected": False}
     out["collected"] = out["pod"]["collected"] or out["node"]["collected"]

@@ -96,9 +96,7 @@ _SOCK_USING = re.compile(r"NET/Socket ?: Using (.*)$")
 _BOOTSTRAP = re.compile(r"Bootstrap ?: Using (.*)$")
 _ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?$")
 _ENV_OLD = re.compile(r"^NCCL_(\w+) set to (\S+?)\.?$")
-_TRANSPORT = re.compile(
-    r"^(?:Ring|Channel) \d+(?:/\d+)? ?: .*? via (?P<via>\S+)"
-)
+_TRANSPORT = re.compile(r"^(?:Ring|Channel) \d+(?:/\d+)? ?: .*? via (?P<via>\S+)")
 _RESULT = re.compile(r"^[\w./-]+:\d+ -> (\d+)\b")
 _INIT_COMPLETE = re.compile(r"\brank (\d+) nranks (\d+) .*Init COMPLETE")
 _SIZE = re.compile(r"(?:size |to |calloc |alloc )(\d+)(?= bytes|\)|\s*$)")
@@ -108,11 +106,17 @@ _WARN_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     for name, p in (
         ("shm", r"/dev/shm|posix_fallocate|shared memory segment|shm_open|failed to extend"),
         ("host-alloc", r"host alloc|cudaHostAlloc|cudaHostRegister|cuMemHostAlloc"),
-        ("cuda-oom", r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"
-                     r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"),
+        (
+            "cuda-oom",
+            r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"
+            r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY",
+        ),
         ("ib", r"NET/IB|ibv_|mlx5|RoCE|\bverbs\b|Got completion"),
-        ("socket", r"NET/Socket|Connect to .* failed|Call to connect|Connection (?:refused|timed "
-                   r"out|reset|closed)|socket|bootstrap"),
+        (
+            "socket",
+            r"NET/Socket|Connect to .* failed|Call to connect|Connection (?:refused|timed "
+            r"out|reset|closed)|socket|bootstrap",
+        ),
         ("cuda", r"Cuda failure|CUDA error|cuda driver|cuMem"),
     )
 )
@@ -183,11 +187,23 @@ def parse_nccl_log(
             cat = classify_warn(msg)
             warn_cats[cat] = warn_cats.get(cat, 0) + 1
             sm = _SIZE.search(msg)
-            counter.keep("warns", warns, NcclWarn(
-                source=source, line=n, time=find_time(raw, ref), text=clip(raw), category=cat,
-                message=clip(msg), host=host, pid=pid, device=dev, location=loc,
-                size_bytes=int(sm.group(1)) if sm else None,
-            ))
+            counter.keep(
+                "warns",
+                warns,
+                NcclWarn(
+                    source=source,
+                    line=n,
+                    time=find_time(raw, ref),
+                    text=clip(raw),
+                    category=cat,
+                    message=clip(msg),
+                    host=host,
+                    pid=pid,
+                    device=dev,
+                    location=loc,
+                    size_bytes=int(sm.group(1)) if sm else None,
+                ),
+            )
             if "NET/IB : No device found" in msg:
                 ib_no_device = True
             continue
@@ -299,7 +315,8 @@ def merge(facts: Iterable[NcclLogFacts]) -> dict[str, Any]:
     out["warn_categories"] = add("warn_categories")
     out["result_codes"] = add("result_codes")
     out["first_result_code"] = next(
-        (f.first_result_code for f in items if f.first_result_code is not None), None)
+        (f.first_result_code for f in items if f.first_result_code is not None), None
+    )
     out["first_result_meaning"] = RESULT_CODES.get(out["first_result_code"] or -1)
     out["ib_disabled"] = out["env"].get("NCCL_IB_DISABLE") == "1"
     return out
@@ -307,15 +324,18 @@ def merge(facts: Iterable[NcclLogFacts]) -> dict[str, Any]:
 
 @register("nccl_log", "nccl/*.log and NCCL lines of app/*.log: version, net, transports, WARNs")
 def nccl_log_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
-    logs = [(k, v) for k, v in files_under(files, "nccl/") + files_under(files, "app/")
-            if is_collected(v)]
+    logs = [
+        (k, v)
+        for k, v in files_under(files, "nccl/") + files_under(files, "app/")
+        if is_collected(v)
+    ]
     raw = context.get("collected_at")
     collected_at = raw if isinstance(raw, str) else None
-    parsed = [parse_nccl_log(v.lines(), source=k, collected_at=collected_at)
-              for k, v in logs]
+    parsed = [parse_nccl_log(v.lines(), source=k, collected_at=collected_at) for k, v in logs]
     with_nccl = [p for p in parsed if p.nccl_lines or p.versions]
     out = merge(with_nccl)
     out["collected"] = bool(logs)
-    out["sources"] = [k for (k, _), p in zip(logs, parsed, strict=True) if p.nccl_lines
-                      or p.versions]
+    out["sources"] = [
+        k for (k, _), p in zip(logs, parsed, strict=True) if p.nccl_lines or p.versions
+    ]
     return out

@@ -66,15 +66,21 @@ class NcclTestsFacts:
 
     @property
     def passed(self) -> bool:
-        return self.finished and self.oob_ok is not False and self.wrong_total == 0 and \
-            not self.failures
+        return (
+            self.finished
+            and self.oob_ok is not False
+            and self.wrong_total == 0
+            and not self.failures
+        )
 
 
 _MPI = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+|nan|inf)")
-_DEVICE = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
-                     r"(\d+)\s+\[[^\]]*\]\s+(.*)$")
+_DEVICE = re.compile(
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
+    r"(\d+)\s+\[[^\]]*\]\s+(.*)$"
+)
 _PARAMS = re.compile(r"(\w[\w ]*?):?\s+(\S+)")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure|Test failure|NCCL failure|CUDA failure")
 
@@ -168,7 +174,7 @@ def _row(cols: list[str], tokens: list[str], line: int) -> PerfRow | None:
     if len(tokens) < len(lead) + 4:
         return None
     head = dict(zip(lead, tokens[: len(lead)], strict=False))
-    rest = tokens[len(lead):]
+    rest = tokens[len(lead) :]
     try:
         size, count = int(head.get("size", "")), int(head.get("count", ""))
     except ValueError:
@@ -176,12 +182,20 @@ def _row(cols: list[str], tokens: list[str], line: int) -> PerfRow | None:
     vals = (rest + ["N/A"] * 8)[:8]
     root = head.get("root")
     return PerfRow(
-        size=size, count=count, type=head.get("type", ""), redop=head.get("redop"),
+        size=size,
+        count=count,
+        type=head.get("type", ""),
+        redop=head.get("redop"),
         root=int(root) if root is not None and re.fullmatch(r"-?\d+", root) else None,
-        oop_time_us=_float(vals[0]), oop_algbw=_float(vals[1]), oop_busbw=_float(vals[2]),
+        oop_time_us=_float(vals[0]),
+        oop_algbw=_float(vals[1]),
+        oop_busbw=_float(vals[2]),
         oop_wrong=_wrong(vals[3]),
-        ip_time_us=_float(vals[4]), ip_algbw=_float(vals[5]), ip_busbw=_float(vals[6]),
-        ip_wrong=_wrong(vals[7]), line=line,
+        ip_time_us=_float(vals[4]),
+        ip_algbw=_float(vals[5]),
+        ip_busbw=_float(vals[6]),
+        ip_wrong=_wrong(vals[7]),
+        line=line,
     )
 
 
@@ -193,12 +207,23 @@ def nccl_tests_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
             continue
         facts = parse_nccl_tests(res.lines(), source=name)
         nccl = merge([parse_nccl_log(res.lines(), source=name)])
-        key = name[len(PREFIX):].rsplit(".", 1)[0]
+        key = name[len(PREFIX) :].rsplit(".", 1)[0]
         runs[key] = {
-            "source": name, "rc": res.exited, **to_jsonable(facts), "passed": facts.passed
-            and res.exited in (0, None),
-            "nccl": {k: nccl[k] for k in ("version", "network", "transports", "transport_kinds",
-                                          "ib_disabled", "warn_categories")},
+            "source": name,
+            "rc": res.exited,
+            **to_jsonable(facts),
+            "passed": facts.passed and res.exited in (0, None),
+            "nccl": {
+                k: nccl[k]
+                for k in (
+                    "version",
+                    "network",
+                    "transports",
+                    "transport_kinds",
+                    "ib_disabled",
+                    "warn_categories",
+                )
+            },
         }
     return {
         "collected": bool(runs),

@@ -189,13 +189,21 @@ def parse_query(lines: Iterable[str]) -> tuple[QueryGpu, ...]:
         if len(cells) < 10 or cells[0].startswith("index"):
             continue
         if len(cells) > 10:  # a comma inside the name
-            cells = [cells[0], ", ".join(cells[1:len(cells) - 8]), *cells[-8:]]
-        out.append(QueryGpu(
-            index=_num(cells[0]), name=_na(cells[1]), uuid=_na(cells[2]), bus_id=_na(cells[3]),
-            driver_version=_na(cells[4]), pstate=_na(cells[5]), temperature_c=_num(cells[6]),
-            memory_used_mib=_num(cells[7]), memory_total_mib=_num(cells[8]),
-            compute_mode=_na(cells[9]),
-        ))
+            cells = [cells[0], ", ".join(cells[1 : len(cells) - 8]), *cells[-8:]]
+        out.append(
+            QueryGpu(
+                index=_num(cells[0]),
+                name=_na(cells[1]),
+                uuid=_na(cells[2]),
+                bus_id=_na(cells[3]),
+                driver_version=_na(cells[4]),
+                pstate=_na(cells[5]),
+                temperature_c=_num(cells[6]),
+                memory_used_mib=_num(cells[7]),
+                memory_total_mib=_num(cells[8]),
+                compute_mode=_na(cells[9]),
+            )
+        )
     return tuple(out)
 
 
@@ -310,8 +318,11 @@ def _q_leaf(b: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence
             b.sums[f"{scope}_unc"] = b.sums.get(f"{scope}_unc", 0) + count
         elif "Correctable" in kind:
             b.sums[f"{scope}_cor"] = b.sums.get(f"{scope}_cor", 0) + count
-        if count and ("Double Bit" in kind or "Uncorrectable" in kind) and \
-                (key == "Total" or "Double Bit" not in kind):
+        if (
+            count
+            and ("Double Bit" in kind or "Uncorrectable" in kind)
+            and (key == "Total" or "Double Bit" not in kind)
+        ):
             b.anomalies.append(ev)
     elif section == "Retired Pages":
         label = " ".join([*path[1:], key])
@@ -391,9 +402,9 @@ def parse_topo(lines: Iterable[str]) -> TopoFacts:
         if not tokens or tokens[0] not in devices:
             continue
         name = tokens[0]
-        values = tokens[1:1 + len(devices)]
+        values = tokens[1 : 1 + len(devices)]
         matrix[name] = values
-        rest = tokens[1 + len(devices):]
+        rest = tokens[1 + len(devices) :]
         for col, val in zip(extra_cols, rest, strict=False):
             if col.startswith("CPU"):
                 cpu[name] = val
@@ -408,11 +419,20 @@ def parse_topo(lines: Iterable[str]) -> TopoFacts:
     gpus = tuple(d for d in devices if d.startswith("GPU"))
     nics = tuple(nic_names.get(d, d) for d in devices if not d.startswith("GPU"))
     nv = sum(
-        1 for k, v in links.items()
+        1
+        for k, v in links.items()
         if v.startswith("NV") and all(p.startswith("GPU") for p in k.split("-"))
     )
-    return TopoFacts(devices=tuple(devices), gpus=gpus, nics=nics, links=links, nvlink_pairs=nv,
-                     cpu_affinity=cpu, numa_affinity=numa, legend=legend)
+    return TopoFacts(
+        devices=tuple(devices),
+        gpus=gpus,
+        nics=nics,
+        links=links,
+        nvlink_pairs=nv,
+        cpu_affinity=cpu,
+        numa_affinity=numa,
+        legend=legend,
+    )
 
 
 # --- topo -p2p ----------------------------------------------------------------------------------
@@ -437,16 +457,23 @@ def parse_p2p(lines: Iterable[str], *, source: str = F_P2P_R) -> P2PFacts:
             continue
         seen_row = True
         a = tokens[0]
-        for j, status in enumerate(tokens[1:1 + len(gpus)]):
+        for j, status in enumerate(tokens[1 : 1 + len(gpus)]):
             b = gpus[j]
             if a == b or status == "X":
                 continue
             statuses[status] = statuses.get(status, 0) + 1
             if status != "OK":
-                failing.append(P2PFailure(source=source, line=n, time=None, text=clip(raw),
-                                          a=a, b=b, status=status))
-    return P2PFacts(gpus=tuple(gpus), all_ok=(not failing) if seen_row else None,
-                    failing=tuple(failing), statuses=statuses)
+                failing.append(
+                    P2PFailure(
+                        source=source, line=n, time=None, text=clip(raw), a=a, b=b, status=status
+                    )
+                )
+    return P2PFacts(
+        gpus=tuple(gpus),
+        all_ok=(not failing) if seen_row else None,
+        failing=tuple(failing),
+        statuses=statuses,
+    )
 
 
 # --- nvlink --status ----------------------------------------------------------------------------
@@ -468,8 +495,9 @@ def parse_nvlink(lines: Iterable[str]) -> NvLinkFacts:
             value = lm.group(2).strip()
             sm = re.match(r"^([\d.]+) GB/s", value)
             speed = float(sm.group(1)) if sm else None
-            links.append(NvLink(gpu, int(lm.group(1)), speed,
-                                active=speed is not None and speed > 0))
+            links.append(
+                NvLink(gpu, int(lm.group(1)), speed, active=speed is not None and speed > 0)
+            )
     active = sum(1 for link in links if link.active)
     return NvLinkFacts(gpus=gpus, links=tuple(links), active_links=active, present=active > 0)
 
@@ -480,8 +508,11 @@ def parse_nvlink(lines: Iterable[str]) -> NvLinkFacts:
 def _exit(files: Files) -> tuple[int | None, str | None]:
     """The most telling non-zero exit among the nvidia-smi files (15 > 9 > others)."""
     names = [k for k in files if k.startswith("nvidia-smi")]
-    codes = [files[k].exited for k in names if is_collected(files[k])
-             and files[k].exited not in (0, None)]
+    codes = [
+        files[k].exited
+        for k in names
+        if is_collected(files[k]) and files[k].exited not in (0, None)
+    ]
     if not codes:
         return None, None
     pick = 15 if 15 in codes else 9 if 9 in codes else codes[0]
@@ -498,8 +529,11 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
     code, meaning = _exit(files)
     out["exit_code"] = code
     out["exit_meaning"] = meaning
-    out["driver_loaded"] = False if code == 9 else (True if any(
-        ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
+    out["driver_loaded"] = (
+        False
+        if code == 9
+        else (True if any(ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
+    )
     out["gpu_lost"] = code == 15
     text = ok(F_L)
     listed = parse_list(iter_lines(text)) if text is not None else ()
@@ -515,13 +549,13 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
         out["q"] = {"collected": True, **to_jsonable(q)}
         out["driver_version"] = out["driver_version"] or q.driver_version
         out["uncorrectable_ecc_volatile"] = sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus)
-        out["uncorrectable_ecc_aggregate"] = sum(
-            g.ecc_aggregate_uncorrectable or 0 for g in q.gpus)
+        out["uncorrectable_ecc_aggregate"] = sum(g.ecc_aggregate_uncorrectable or 0 for g in q.gpus)
         out["remap_pending"] = any(g.remap_pending for g in q.gpus)
         out["remap_failure"] = any(g.remap_failure for g in q.gpus)
         out["retired_pages_pending"] = any(g.retired_pages_pending for g in q.gpus)
         out["recovery_actions"] = [
-            {"bus_id": g.bus_id, "action": g.recovery_action} for g in q.gpus
+            {"bus_id": g.bus_id, "action": g.recovery_action}
+            for g in q.gpus
             if g.recovery_action and g.recovery_action.lower() != "none"
         ]
         out["faulty_gpus"] = [g.bus_id for g in q.gpus if g.faulty]
@@ -529,8 +563,11 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
     else:
         out["q"] = {"collected": False}
     text = ok(F_TOPO)
-    out["topo"] = ({"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
-                   if text is not None else {"collected": False})
+    out["topo"] = (
+        {"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
+        if text is not None
+        else {"collected": False}
+    )
     p2p: dict[str, P2PFacts] = {}
     for key, name in (("p2p_read", F_P2P_R), ("p2p_write", F_P2P_W)):
         text = ok(name)
@@ -543,8 +580,11 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
     out["p2p_all_ok"] = None if not oks or None in oks else all(oks)
     out["p2p_failing"] = [to_jsonable(x) for f in p2p.values() for x in f.failing]
     text = ok(F_NVLINK)
-    out["nvlink"] = ({"collected": True, **to_jsonable(parse_nvlink(iter_lines(text)))}
-                     if text is not None else {"collected": False})
+    out["nvlink"] = (
+        {"collected": True, **to_jsonable(parse_nvlink(iter_lines(text)))}
+        if text is not None
+        else {"collected": False}
+    )
     out["collected"] = any(
         is_collected(files.get(n)) for n in (F_L, F_QUERY, F_Q, F_TOPO, F_P2P_R, F_P2P_W, F_NVLINK)
     )

@@ -107,11 +107,16 @@ def parse_rdma_link(lines: Iterable[str]) -> tuple[RdmaLink, ...]:
             continue
         tokens = m.group("rest").split()
         kv = {tokens[i]: tokens[i + 1] for i in range(0, len(tokens) - 1)}
-        out.append(RdmaLink(
-            device=m.group("dev"), port=int(m.group("port")), state=kv.get("state"),
-            physical_state=kv.get("physical_state"), netdev=kv.get("netdev"),
-            link_layer=kv.get("link_layer"),
-        ))
+        out.append(
+            RdmaLink(
+                device=m.group("dev"),
+                port=int(m.group("port")),
+                state=kv.get("state"),
+                physical_state=kv.get("physical_state"),
+                netdev=kv.get("netdev"),
+                link_layer=kv.get("link_layer"),
+            )
+        )
     return tuple(out)
 
 
@@ -123,8 +128,14 @@ def parse_ibdev2netdev(lines: Iterable[str]) -> tuple[IbNetdev, ...]:
     for line in lines:
         m = _IB2NET.match(line.strip())
         if m:
-            out.append(IbNetdev(m.group("dev"), int(m.group("port")), m.group("net"),
-                                m.group("state").lower() == "up"))
+            out.append(
+                IbNetdev(
+                    m.group("dev"),
+                    int(m.group("port")),
+                    m.group("net"),
+                    m.group("state").lower() == "up",
+                )
+            )
     return tuple(out)
 
 
@@ -145,9 +156,13 @@ def parse_lspci(lines: Iterable[str]) -> PciFacts:
         if not m:
             continue
         dev = PciDevice(
-            slot=m.group("slot"), cls=m.group("cls").strip(), class_id=m.group("cid"),
-            vendor=m.group("desc"), vendor_id=(m.group("vid") or "").lower() or None,
-            device_id=(m.group("did") or "").lower() or None, rev=m.group("rev"),
+            slot=m.group("slot"),
+            cls=m.group("cls").strip(),
+            class_id=m.group("cid"),
+            vendor=m.group("desc"),
+            vendor_id=(m.group("vid") or "").lower() or None,
+            device_id=(m.group("did") or "").lower() or None,
+            rev=m.group("rev"),
         )
         cls = dev.cls.lower()
         desc = dev.vendor.lower()
@@ -206,8 +221,9 @@ def rdma_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             devices.append(name)
     out["devices"] = devices
     out["active_ports"] = [f"{link.device}/{link.port}" for link in links if link.active] + [
-        f"{n.device}/{n.port}" for n in nets if n.up and not any(
-            link.device == n.device and link.port == n.port for link in links)
+        f"{n.device}/{n.port}"
+        for n in nets
+        if n.up and not any(link.device == n.device and link.port == n.port for link in links)
     ]
     out["nics"] = [to_jsonable(d) for d in pci.rdma_nics] if pci else []
     out["gpus_on_pci"] = len(pci.gpus) if pci else None
@@ -216,7 +232,7 @@ def rdma_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out["uverbs"] = uverbs if dev.get("collected") else None
     out["usable"] = bool(out["active_ports"]) and (uverbs or not dev.get("collected"))
     out["collected"] = any(
-        out[k]["collected"] for k in ("dev_infiniband", "sys_class_infiniband", "rdma_link",
-                                      "ibdev2netdev", "lspci")
+        out[k]["collected"]
+        for k in ("dev_infiniband", "sys_class_infiniband", "rdma_link", "ibdev2netdev", "lspci")
     )
     return out

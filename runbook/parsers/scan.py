@@ -70,7 +70,7 @@ class _Finder:
                 i = block.find(key, end + 1, hi) if end != -1 else -1
 
 
-class candidates:  # noqa: N801 - used like a generator function
+class candidates:
     """Iterate for (line number, line) of every line holding one of `keywords`; a line holding
     a key of `after` also brings the `after[key]` lines that follow it. Line ends are stripped.
     After iteration, `total` is the number of lines and `first`/`last` the first and last."""

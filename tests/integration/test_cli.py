@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runbook.executor import PREAMBLE
 from tests.integration.conftest import RUNBOOKS
 
 DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
@@ -150,7 +151,7 @@ def test_kubectl_target_runs_each_probe_through_kubectl_exec_and_nsenter(cli, tm
     assert result.rc == 0, result.stderr
     assert all(s["status"] == "ok" for s in result.json()["stages"])
     recorded = calls.read_text().splitlines()
-    assert len(recorded) == 1 + 2 + 10  # connection check, preamble, ten probes
+    assert len(recorded) == 1 + len(PREAMBLE) + 10  # connection check, preamble, ten probes
     prefix = "exec -n kube-system agent-0 -- nsenter --target 1 --mount --uts --ipc --net --pid --"
     assert all(line.startswith(prefix + " /bin/sh -c ") for line in recorded)
 
