@@ -19,6 +19,16 @@ from runbook.errors import TemplateError
 
 VERDICT_FORMAT = 1
 
+#: the order fixes are listed (and should be applied) in
+FIX_ORDER = (
+    "collect-more",
+    "reduce-loader-memory",
+    "shm-size-limit",
+    "memory-limit",
+    "nccl-ib-disable-ab",
+    "node-drain",
+)
+
 
 def utc_offset(text: Any) -> dt.timezone | None:
     """`date +%z` output (`+0800`, `-0530`) as a timezone, or None."""
@@ -209,6 +219,8 @@ def build_verdict(
             if remedy_id not in proposed:
                 proposed.add(remedy_id)
                 proposals.append(_proposal(conductor, remedy_id, ctx))
+    # fixes in the order to apply them: reduce the peak before adding memory; drain last
+    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
     if root_cause == "inconclusive" and not any(p["kind"] == "collect-more" for p in proposals):
         missing = [r.id for r in problems]
         proposals.append(

@@ -1,27 +1,88 @@
-"""The verdict as a Markdown incident note: conclusion first, the evidence chain, what was ruled
-out, what to do, then every stage."""
+"""The verdict as a Markdown incident note, in the shape of a good postmortem: the conclusion
+first, then the evidence chain as arrows, the arithmetic behind the figures, the timeline, what
+was ruled out and why, the fixes in the order to apply them, and every stage."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
+
+#: rows of the timeline shown (the JSON verdict keeps them all)
+TIMELINE_ROWS = 40
 
 
 def _cell(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _gib(value: float) -> str:
+    text = f"{value:.2f}".rstrip("0").rstrip(".")
+    return text
+
+
+def _stage_facts(verdict: Mapping[str, Any], parser: str) -> Mapping[str, Any]:
+    for stage in verdict.get("stages", []):
+        facts = stage.get("facts", {}).get(parser)
+        if isinstance(facts, Mapping) and facts.get("collected", True):
+            return facts
+    return {}
+
+
+def arithmetic(verdict: Mapping[str, Any]) -> Iterator[str]:
+    """The conversions behind the figures, written out so a reader can check them."""
+    dmesg = _stage_facts(verdict, "dmesg")
+    seen: set[tuple[int, int]] = set()
+    for oom in dmesg.get("memcg_ooms", []) or []:
+        usage, limit = oom.get("usage_bytes"), oom.get("limit_bytes")
+        if not isinstance(usage, int) or not isinstance(limit, int) or (usage, limit) in seen:
+            continue
+        seen.add((usage, limit))
+        kib_u, kib_l = usage // 1024, limit // 1024
+        relation = "=" if usage >= limit else "<"
+        yield (
+            f"`memory: usage {kib_u}kB, limit {kib_l}kB` (dmesg.txt:{oom.get('line')}): "
+            f"{kib_u} KiB ÷ 1024 ÷ 1024 = {_gib(kib_u / 1024**2)} GiB {relation} "
+            f"limit {_gib(kib_l / 1024**2)} GiB"
+            + (
+                " — usage equals the limit: a cgroup OOM, not a node-wide one"
+                if relation == "="
+                else ""
+            )
+        )
+    page_size = 4096
+    shown: set[int] = set()
+    for pin in dmesg.get("pin_failures", []) or []:
+        pages, size = pin.get("pages"), pin.get("bytes")
+        if not isinstance(pages, int) or not isinstance(size, int) or pages in shown:
+            continue
+        shown.add(pages)
+        page_size = size // pages if pages else page_size
+        yield (
+            f"`size of {pages:#x} pages` (dmesg.txt:{pin.get('line')}): {pages:#x} pages × "
+            f"{page_size // 1024} KiB = {_gib(size / 1024**3)} GiB the driver could not pin"
+        )
+    cgroup = _stage_facts(verdict, "cgroup")
+    if isinstance(cgroup.get("limit_bytes"), int) and isinstance(cgroup.get("peak_bytes"), int):
+        yield (
+            f"cgroup v{cgroup.get('version')}: peak {_gib(cgroup['peak_bytes'] / 1024**3)} GiB of "
+            f"limit {_gib(cgroup['limit_bytes'] / 1024**3)} GiB, {cgroup.get('oom_kills')} OOM "
+            f"kill(s); anon {_gib((cgroup.get('anon_bytes') or 0) / 1024**3)} GiB, shmem "
+            f"{_gib((cgroup.get('shmem_bytes') or 0) / 1024**3)} GiB"
+        )
+
+
 def render(verdict: Mapping[str, Any]) -> str:
-    lines = [f"# {verdict['node']}: {verdict['root_cause']}", ""]
-    lines.append(f"**Conclusion:** `{verdict['root_cause']}` (confidence {verdict['confidence']}).")
+    cause = verdict["root_cause"]
+    lines = [f"# {verdict['node']}: {cause}", ""]
+    lines.append(f"**Conclusion:** `{cause}` (confidence {verdict['confidence']}).")
     if verdict.get("surfaced_as"):
         lines.append(
-            f"The job surfaced it as `{_cell(verdict['surfaced_as'])}`; that is where the "
-            "failure showed, not where it started."
+            f"The job surfaced it as `{_cell(verdict['surfaced_as'])}`: that is where the failure "
+            "showed, not where it started."
         )
     first = verdict.get("first_anomaly")
     if first:
-        where = first.get("source", "")
+        where = str(first.get("source", ""))
         if first.get("line"):
             where += f":{first['line']}"
         when = f" at {first['time']}" if first.get("time") else ""
@@ -33,16 +94,34 @@ def render(verdict: Mapping[str, Any]) -> str:
                 lines.append("        ↓")
             cites = ", ".join(
                 f"{e.get('source')}:{e.get('line')}"
-                for e in link.get("evidence", [])
+                for e in link.get("evidence", [])[:3]
                 if e.get("line")
             )
             lines.append(f"{link['finding']}" + (f"   [{cites}]" if cites else ""))
+        if verdict.get("surfaced_as"):
+            lines += ["        ↓", f"surfaced as: {verdict['surfaced_as']}"]
         lines.append("```")
+    numbers = list(arithmetic(verdict))
+    if numbers:
+        lines += ["", "## The numbers", ""]
+        lines += [f"- {n}" for n in numbers]
+    timeline = verdict.get("timeline") or []
+    if timeline:
+        anomalies = [e for e in timeline if e.get("anomaly")]
+        shown = (anomalies + [e for e in timeline if not e.get("anomaly")])[:TIMELINE_ROWS]
+        shown.sort(key=lambda e: e["time"])
+        lines += ["", "## Timeline (UTC)", "", "| time | source | event |", "|---|---|---|"]
+        for entry in shown:
+            where = entry["source"] + (f":{entry['line']}" if entry.get("line") else "")
+            mark = "**!** " if entry.get("anomaly") else ""
+            lines.append(f"| {entry['time']} | {where} | {mark}{_cell(entry['text'])[:160]} |")
+        if len(timeline) > len(shown):
+            lines.append(f"\n({len(timeline) - len(shown)} more entries in the JSON verdict.)")
     if verdict.get("ruled_out"):
         lines += ["", "## Ruled out", ""]
         lines += [f"- **{o['cause']}**: {o['because']}" for o in verdict["ruled_out"]]
     if verdict.get("proposals"):
-        lines += ["", "## Proposed fixes", ""]
+        lines += ["", "## Fixes, in order", ""]
         for index, proposal in enumerate(verdict["proposals"], start=1):
             gate = " (needs approval)" if proposal.get("requires_approval") else ""
             lines.append(f"{index}. `{proposal['kind']}`{gate}: {proposal['summary']}")

@@ -52,7 +52,14 @@ def test_analyze_prints_one_verdict_object_and_markdown_in_the_incident_shape(cl
     markdown = cli("analyze", str(DEMO), "--format", "markdown")
     assert markdown.rc == 0
     assert markdown.stdout.startswith("# gpu-node-07: host-memory-oom")
-    assert "## Evidence chain" in markdown.stdout and "## Ruled out" in markdown.stdout
+    text = markdown.stdout
+    assert "## Evidence chain" in text and "## Ruled out" in text and "## Timeline (UTC)" in text
+    # the arithmetic, as the incident write-up shows it
+    assert "671088640 KiB ÷ 1024 ÷ 1024 = 640 GiB" in text
+    assert "0x100000 pages × 4 KiB = 4 GiB" in text and "0x400000 pages × 4 KiB = 16 GiB" in text
+    # fixes in order: reduce the peak before adding memory
+    fixes = text.split("## Fixes, in order")[1]
+    assert fixes.index("reduce-loader-memory") < fixes.index("memory-limit")
 
 
 @pytest.mark.parametrize(
