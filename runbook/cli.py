@@ -135,6 +135,10 @@ def _open(target: str, kw: dict[str, Any]) -> Any:
     return open_target(target, options)
 
 
+#: optional bundle.yaml keys that become variable defaults when the bundle is replayed
+REPLAY_VARS = ("nodes", "cgroup_dir")
+
+
 def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """For a replayed bundle: its node name and context, and its pod/namespace as defaults of
     the variables of the same names (what the collector was told)."""
@@ -143,9 +147,15 @@ def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | No
 
     if isinstance(transport, ReplayTransport):
         meta = transport.bundle.meta
-        for key in ("pod", "namespace"):
-            if getattr(meta, key) and key not in variables:
-                variables[key] = getattr(meta, key)
+        defaults: dict[str, Any] = {"pod": meta.pod, "namespace": meta.namespace}
+        if meta.ranks is not None:
+            defaults["ranks"] = meta.ranks
+        for key in REPLAY_VARS:
+            if key in meta.extra and isinstance(meta.extra[key], str | int | float):
+                defaults[key] = meta.extra[key]
+        for key, value in defaults.items():
+            if value not in (None, "") and key not in variables:
+                variables[key] = value
         return meta.node, dict(context_of(meta))
     return None, {}
 
@@ -329,7 +339,13 @@ def collect(
         result = execute(runbook, transport, variables=variables, collect_all=True)
     finally:
         transport.close()
-    meta = BundleMeta(node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace)
+    extra = {"cgroup_dir": cgroup_dir} if cgroup_dir else {}
+    offset = result.results.get("timezone.txt")
+    if offset is not None and offset.ok and offset.stdout.strip():
+        extra["utc_offset"] = offset.stdout.strip()
+    meta = BundleMeta(
+        node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace, extra=extra
+    )
     write_bundle(out, meta, result.results.values())
     failed = sum(1 for r in result.results.values() if r.failure)
     click.echo(

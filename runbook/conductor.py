@@ -76,16 +76,24 @@ class StageRecord:
     proposals: list[str] = field(default_factory=list)  # remedy ids
 
 
+#: failures that say the evidence is absent (not that reading it went wrong)
+ABSENT = ("not collected", "command not found")
+
+
 def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> Status:
+    """anomaly (a finding) > error (a rule, parser or probe went wrong: timeout, permission,
+    connection) > not-collected (no file at all) > ok. A stage that collected some of its
+    files and lacks others (v1 files on a v2 host, a tool not installed) is ok: what is
+    missing is listed, not an error."""
     if record.findings:
         return Status.ANOMALY
     if record.errors:
         return Status.ERROR
     failures = [r.failure for r in results.values()]
-    if results and all(f in ("not collected", "command not found") for f in failures):
-        return Status.NOT_COLLECTED
-    if any(f is not None for f in failures):
+    if any(f is not None and f not in ABSENT for f in failures):
         return Status.ERROR
+    if results and all(f is not None for f in failures):
+        return Status.NOT_COLLECTED
     return Status.OK
 
 

@@ -245,7 +245,9 @@ def build_verdict(
         "root_cause": root_cause,
         "confidence": confidence,
         "surfaced_as": surfaced_as,
-        "first_anomaly": _first_evidence(ordered[0], local) if ordered else None,
+        # the earliest link of the causal chain; a causeless finding (a label, a surfaced
+        # error) is context, unless nothing names a cause
+        "first_anomaly": (_first_evidence((with_cause or ordered)[0], local) if ordered else None),
         "chain": [
             {
                 "stage": f.stage,

@@ -182,6 +182,7 @@ def execute(
     for result in _run_probes(transport, PREAMBLE, max_parallel):
         all_results[result.name] = result
     node = node or node_name(all_results, transport.description)
+    conductor.vars.setdefault("node", node)  # templates may name the node
     ctx: dict[str, Any] = {
         "node": node,
         "page_size": 4096,

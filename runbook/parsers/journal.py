@@ -133,7 +133,8 @@ def parse_journal(
             JournalEvent(
                 source=source,
                 line=n,
-                time=stamp.time if stamp else None,
+                # containerd's own `time=` is precise and zoned; the syslog stamp is neither
+                time=(iso(ct.group(1)) if ct else None) or (stamp.time if stamp else None),
                 text=clip(raw),
                 kind=kind,
                 unit=stamp.ident if stamp else None,

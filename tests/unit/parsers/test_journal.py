@@ -31,7 +31,8 @@ def test_containerd_task_oom_exit_status_and_shim_disconnect() -> None:
     assert [e.kind for e in facts.events] == ["task-oom", "task-exit", "shim-disconnected",
                                               "shim-disconnected"]
     oom, exit_, shim = facts.events[:3]
-    assert oom.container_id == CID and oom.time == "2025-03-04T10:12:01+00:00"
+    # the event's time is containerd's own precise, zoned `time=`, not the syslog second
+    assert oom.container_id == CID and oom.time == "2025-03-04T10:12:01.998765+00:00"
     assert oom.precise_time == "2025-03-04T10:12:01.998765+00:00"
     assert exit_.exit_status == 137 and shim.container_id == CID
 
@@ -42,7 +43,8 @@ def test_containerd_1_7_task_oom_format_and_short_precise_times() -> None:
     oom = facts.events[0]
     assert oom.kind == "task-oom"
     assert oom.container_id == "77aa88bb99cc00dd11ee22ff33aa44bb55cc66dd77ee88ff99aa00bb11cc22dd"
-    assert oom.time == "2025-03-04T11:02:30.998811"
+    # containerd's own `time=` (UTC, nanoseconds cut to microseconds) beats the journal stamp
+    assert oom.time == "2025-03-04T11:02:30.998765+00:00"
 
 
 def test_no_entries_is_evidence_of_an_empty_window() -> None:
