@@ -2,31 +2,40 @@
 
 Most of a node's kernel log or kubelet journal is chatter. Running a parser's regular
 expressions on every line costs microseconds a line in Python — minutes for a gigabyte. Here
-the raw bytes are searched, block by block, for a handful of literal keywords with RE2 (a DFA:
-one pass whatever the number of keywords, at about grep's speed; Python's `re` backtracks
-through an alternation at every position and is ten times slower); only the lines that hold a
-keyword — plus, for keywords that open a multi-line record, the lines after them — are decoded
-and handed to the parser, numbered as in the whole file so evidence cites the right line.
+the raw bytes are searched, block by block, for a handful of literal keywords in one pass;
+only the lines that hold a keyword — plus, for keywords that open a multi-line record, the
+lines after them — are decoded and handed to the parser, numbered as in the whole file so
+evidence cites the right line.
 
-Without the `google-re2` wheel (a platform it does not build for) the same scan falls back to
-one `bytes.find` pass per keyword: slower, same result. No library yields numbered candidate
-lines for a Python state machine, hence this module; it does no I/O beyond reading the
-file-backed evidence it is given.
+The multi-literal search is the best engine the platform has (measured over 768 MiB of kernel
+log, 19 keywords): Hyperscan (x86_64; SIMD literal matching) 0.25 s; RE2 (a DFA) 1.6 s; one
+`bytes.find` pass per keyword 5.7 s. Python's `re` backtracks through an alternation at every
+position and is slower still. Every engine gives the same lines. No library yields numbered
+candidate lines for a Python state machine, hence this module; it does no I/O beyond reading
+the file-backed evidence it is given.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
 
 from runbook.transports.base import CommandResult
 
-try:  # pragma: no branch - which one depends on the platform's wheels
+_hs: Any
+try:  # which engines exist depends on the platform's wheels
+    import hyperscan as _hs  # type: ignore[import-untyped,import-not-found,unused-ignore,no-redef]
+except ImportError:  # pragma: no cover
+    _hs = None
+try:
     import re2 as _re2  # type: ignore[import-untyped,import-not-found,unused-ignore]
 except ImportError:  # pragma: no cover
     _re2 = None
 
 BLOCK_BYTES = 16 * 1024 * 1024
+#: the fastest engine installed: "hyperscan", "re2" or "find" (tests pin each in turn)
+ENGINE = "hyperscan" if _hs is not None else "re2" if _re2 is not None else "find"
 
 
 def _blocks(result: CommandResult) -> Iterator[bytes]:
@@ -48,16 +57,38 @@ def _decode(line: bytes) -> str:
 class _Finder:
     """Offsets in a block where any keyword occurs (at least one per matching line)."""
 
-    def __init__(self, keys: tuple[bytes, ...]) -> None:
+    def __init__(self, keys: tuple[bytes, ...], engine: str | None = None) -> None:
         self.keys = keys
         alternation = b"|".join(re.escape(k) for k in keys)
         self.pattern = None
-        if _re2 is not None and keys:
+        self.database = None
+        engine = engine or ENGINE
+        if engine == "hyperscan" and _hs is not None and keys:
+            # compiled per scan (~1 ms): a database's scratch space must not be shared
+            # between the threads of a sweep
+            self.database = _hs.Database()
+            self.database.compile(
+                expressions=[re.escape(k) for k in keys],
+                ids=list(range(len(keys))),
+                elements=len(keys),
+                flags=[0] * len(keys),
+            )
+        elif engine in ("hyperscan", "re2") and _re2 is not None and keys:
             options = _re2.Options()
             options.never_capture = True  # we only need where; ~15% faster
             self.pattern = _re2.compile(alternation, options)
 
     def offsets(self, block: bytes, lo: int, hi: int) -> Iterator[int]:
+        if self.database is not None:
+            ends: list[int] = []
+            self.database.scan(
+                memoryview(block)[lo:hi],  # any buffer is scanned
+                match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(
+                    lo + end - 1
+                ),
+            )
+            yield from ends
+            return
         if self.pattern is not None:
             for match in self.pattern.finditer(block, lo, hi):
                 yield match.start()
@@ -83,7 +114,7 @@ class candidates:
     ) -> None:
         self.result = result
         keys = tuple(dict.fromkeys([*keywords, *(after or {})]))
-        self._finder = _Finder(tuple(k.encode() for k in keys))
+        self._finder = _Finder(tuple(k.encode() for k in keys), ENGINE)
         self._after = {k.encode(): n for k, n in (after or {}).items()}
         self._base = 1  # number of the first line of the next block
         self._extend_to = 0  # every line up to this number is wanted
