@@ -442,7 +442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return rc
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        # click turns an EOFError escaping a command into Abort too; that is a bug, not ^C
+        if isinstance(exc.__cause__, EOFError):
+            if debug:
+                raise exc.__cause__ from None
+            click.echo("runbook: internal error: unexpected end of stream (EOFError)", err=True)
+            return 1
         click.echo("runbook: aborted", err=True)
         return 130
     except click.ClickException as exc:
