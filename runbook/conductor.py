@@ -216,6 +216,16 @@ class Conductor:
         record.probes = [ProbeRecord.of(r) for r in results.values()]
         self.path.append(stage_id)
         ctx = self.context(results)
+        if stage.derive:
+            derived: dict[str, Any] = dict(ctx["facts"].get("derived") or {})
+            for item in stage.derive:
+                try:
+                    derived[item.name] = templating.evaluate(item.expression, ctx)
+                except TemplateError as exc:
+                    record.errors.append(f"derive {item.name}: {exc.one_line()}")
+                    derived[item.name] = None
+                ctx["facts"] = {**ctx["facts"], "derived": dict(derived)}
+            record.facts["derived"] = {i.name: derived[i.name] for i in stage.derive}
         route: str | None = None
         concluded: str | None = None
         for index, rule in enumerate(stage.decide):

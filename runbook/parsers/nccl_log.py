@@ -77,6 +77,8 @@ class NcclLogFacts:
     first_result_code: int | None
     init_complete_ranks: tuple[int, ...]
     nranks: int | None
+    #: nodes the communicator spans (`nNodes N`), None when no line says
+    nnodes: int | None
     hosts: tuple[str, ...]
     lines: int
     nccl_lines: int
@@ -99,6 +101,9 @@ _ENV_OLD = re.compile(r"^NCCL_(\w+) set to (\S+?)\.?$")
 _TRANSPORT = re.compile(r"^(?:Ring|Channel) \d+(?:/\d+)? ?: .*? via (?P<via>\S+)")
 _RESULT = re.compile(r"^[\w./-]+:\d+ -> (\d+)\b")
 _INIT_COMPLETE = re.compile(r"\brank (\d+) nranks (\d+) .*Init COMPLETE")
+#: `comm 0x… rank 0 nRanks 16 nNodes 2 localRanks 8 …` (2.19+) and `nranks 16 … Init START`
+_NNODES = re.compile(r"\bnNodes (\d+)")
+_NRANKS = re.compile(r"\bn[Rr]anks (\d+)")
 _SIZE = re.compile(r"(?:size |to |calloc |alloc )(\d+)(?= bytes|\)|\s*$)")
 
 _WARN_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
@@ -156,6 +161,7 @@ def parse_nccl_log(
     first_code: int | None = None
     ranks: set[int] = set()
     nranks: int | None = None
+    nnodes: int | None = None
     hosts: list[str] = []
     n = nccl = 0
     for n, raw in enumerate(lines, 1):
@@ -255,10 +261,15 @@ def parse_nccl_log(
         if em:
             env["NCCL_" + em.group(1)] = em.group(2)
             continue
+        nm = _NNODES.search(msg)
+        if nm:
+            nnodes = max(nnodes or 0, int(nm.group(1)))
+        rm = _NRANKS.search(msg)
+        if rm:
+            nranks = max(nranks or 0, int(rm.group(1)))
         cm = _INIT_COMPLETE.search(msg)
         if cm:
             ranks.add(int(cm.group(1)))
-            nranks = int(cm.group(2))
     if network is None and sock_if and not ib_devs:
         network = "Socket"
     return NcclLogFacts(
@@ -278,6 +289,7 @@ def parse_nccl_log(
         first_result_code=first_code,
         init_complete_ranks=tuple(sorted(ranks)),
         nranks=nranks,
+        nnodes=nnodes,
         hosts=tuple(hosts),
         lines=n,
         nccl_lines=nccl,
@@ -298,7 +310,9 @@ def merge(facts: Iterable[NcclLogFacts]) -> dict[str, Any]:
         "env": {k: v for f in items for k, v in f.env.items()},
         "warns": [to_jsonable(w) for f in items for w in f.warns],
         "init_complete_ranks": sorted({r for f in items for r in f.init_complete_ranks}),
-        "nranks": next((f.nranks for f in items if f.nranks), None),
+        "nranks": max((f.nranks for f in items if f.nranks), default=None),
+        "nnodes": max((f.nnodes for f in items if f.nnodes), default=None),
+        "hosts": sorted({h for f in items for h in f.hosts}),
         "nccl_lines": sum(f.nccl_lines for f in items),
     }
     out["version"] = out["versions"][0] if out["versions"] else None

@@ -158,6 +158,11 @@ class _Checker:
         for position, stage in enumerate(self.runbook.stages):
             path = index_path("stages", position)
             self.expression(key_path(path, "when"), stage.when)
+            for fact in stage.derive:
+                where = key_path(key_path(path, "derive"), fact.name)
+                if not fact.name.isidentifier():
+                    self.semantic(where, f"'{fact.name}' is not a valid fact name (an identifier)")
+                self.expression(where, fact.expression)
             for item in stage.collect:
                 self.check_collect(key_path(key_path(path, "collect"), item.name), item.command)
                 earlier = collected.setdefault(item.name, (item.command, path))

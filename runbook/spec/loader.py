@@ -28,6 +28,7 @@ from runbook.spec.inspect import Issue, check, index_path, key_path, sort_issues
 from runbook.spec.models import (
     DEFAULT_TIMEOUT,
     Collect,
+    Derive,
     Remedy,
     Rule,
     RuleOut,
@@ -47,7 +48,9 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED_VARS = ("facts", "vars", "results")
 
 RUNBOOK_KEYS = ("id", "title", "description", "vars", "surfaced_as", "stages", "remedies")
-STAGE_KEYS = ("id", "title", "description", "timeout", "when", "collect", "parse", "decide")
+STAGE_KEYS = (
+    "id", "title", "description", "timeout", "when", "collect", "parse", "derive", "decide",
+)  # fmt: skip
 RULE_KEYS = ("when", "finding", "cause", "evidence", "next", "conclude", "propose", "rule_out")
 RULE_OUT_KEYS = ("cause", "because")
 REMEDY_KEYS = ("id", "kind", "title", "summary", "playbook", "params")
@@ -413,6 +416,12 @@ class _Builder:
                 if self.bundle_name(name, key_path(key_path(path, "collect"), name), command_line)
             ),
             parse=self.names(data, "parse", path),
+            derive=tuple(
+                Derive(name, expression, expression_line)
+                for name, expression, expression_line in self.string_map(
+                    data, "derive", path, "a mapping of fact names to expressions"
+                )
+            ),
             decide=tuple(
                 self.rule(*rule)
                 for rule in self.items(data, "decide", path, what="a list of rules")

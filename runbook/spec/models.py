@@ -103,11 +103,22 @@ class Collect:
 
 
 @dataclass(frozen=True)
+class Derive:
+    """`derive: {name: expression}` on a stage: a fact computed from the facts, after the
+    stage's parsers and before its rules, available as `facts.derived.<name>` from then on."""
+
+    name: str
+    expression: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
 class Stage:
     id: str
     title: str
     collect: tuple[Collect, ...] = ()
     parse: tuple[str, ...] = ()
+    derive: tuple[Derive, ...] = ()
     decide: tuple[Rule, ...] = ()
     when: str | None = None
     timeout: float = DEFAULT_TIMEOUT
