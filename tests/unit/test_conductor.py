@@ -144,3 +144,29 @@ def test_state_round_trips_through_json() -> None:
     assert again.current == "nccl"
     assert again.records["gpu"].findings[0].text == "Xid 79"
     assert again.facts() == conductor.facts()
+
+
+def test_derived_facts_are_computed_before_the_rules_and_seen_by_later_stages() -> None:
+    from runbook.spec.models import Derive
+
+    runbook = Runbook(
+        id="d",
+        title="d",
+        stages=(
+            Stage(
+                "a",
+                "a",
+                derive=(
+                    Derive("big", "facts.keyvalue.n > 10"),
+                    Derive("bigger", "facts.derived.big and facts.keyvalue.n > 100"),
+                ),
+                decide=(Rule(when="facts.derived.big", finding="big", cause="host-memory-oom"),),
+            ),
+            Stage("b", "b", decide=(Rule(when="facts.derived.bigger", finding="bigger"),)),
+        ),
+    )
+    conductor = Conductor(runbook)
+    conductor.record("a", {}, {"keyvalue": {"n": 500}})
+    assert conductor.records["a"].facts["derived"] == {"big": True, "bigger": True}
+    conductor.record("b", {}, {})
+    assert [f.text for f in conductor.records["b"].findings] == ["bigger"]
