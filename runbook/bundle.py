@@ -177,12 +177,23 @@ class Bundle:
             source_path=str(path) if lazy else None,
         )
 
+    @staticmethod
+    def _succeeded(path: Path) -> bool:
+        rc = path.with_name(path.name + ".rc")
+        if not rc.is_file():
+            return True
+        return rc.read_text(errors="replace").strip() in ("0", "")
+
     def read_multi(self, pattern: str, command: str = "") -> CommandResult:
         """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
         format that the live probe prints, so both split the same way."""
         safe_member_name(pattern)
+        # a file recorded as failed (its .rc non-zero: `cat` of an absent v1 file on a v2
+        # host) is left out, as the live `tail` leaves out a file it cannot open
         matches = sorted(
-            p for p in self.root.glob(pattern) if p.is_file() and p.suffix not in (".rc", ".err")
+            p
+            for p in self.root.glob(pattern)
+            if p.is_file() and p.suffix not in (".rc", ".err") and self._succeeded(p)
         )
         if not matches:
             return CommandResult(pattern, command, collected=False)
@@ -288,12 +299,13 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
             safe_member_name(name)
         except BundleError:
             continue
+        # a file that came back was read: its status is 0 whatever tail said of the others
         split.append(
             CommandResult(
                 name,
                 result.command,
                 stdout=text,
-                exited=result.exited,
+                exited=0,
                 duration=result.duration,
                 truncated=result.truncated,
             )
