@@ -160,6 +160,14 @@ def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict
     return proposal
 
 
+def _mostly_missing(walked: list[Any]) -> bool:
+    """Too little was read to call a node healthy: half or more of the stages walked collected
+    nothing."""
+    ran = [r for r in walked if r.status is not Status.SKIPPED]
+    missing = [r for r in ran if r.status is Status.NOT_COLLECTED]
+    return not ran or 2 * len(missing) >= len(ran)
+
+
 def build_verdict(
     conductor: Conductor, *, node: str, target: str = "", local_utc_offset: str | None = None
 ) -> dict[str, Any]:
@@ -178,9 +186,11 @@ def build_verdict(
         root_cause = conductor.concluded
     elif with_cause:
         root_cause = with_cause[0].cause or "inconclusive"
-    elif findings or problems:
+    elif findings or errors or _mostly_missing(walked):
         root_cause = "inconclusive"
     else:
+        # nothing wrong in what was read; what could not be read lowers the confidence and
+        # is named in a collect-more proposal
         root_cause = "healthy"
 
     cause_finding = next((f for f in with_cause if f.cause == root_cause), None)
@@ -221,7 +231,9 @@ def build_verdict(
                 proposals.append(_proposal(conductor, remedy_id, ctx))
     # fixes in the order to apply them: reduce the peak before adding memory; drain last
     proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
-    if root_cause == "inconclusive" and not any(p["kind"] == "collect-more" for p in proposals):
+    if (root_cause == "inconclusive" or problems) and not any(
+        p["kind"] == "collect-more" for p in proposals
+    ):
         missing = [r.id for r in problems]
         proposals.append(
             {

@@ -14,9 +14,9 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -106,13 +106,29 @@ class RunResult:
     run_dir: Path | None = None
 
 
+def _guarded(transport: Transport) -> Callable[[Probe], CommandResult]:
+    """transport.run, with any exception a transport lets escape turned into a failed result:
+    one broken probe is evidence of a broken probe, not the end of the walk."""
+
+    def run(probe: Probe) -> CommandResult:
+        try:
+            return transport.run(probe)
+        except Exception as exc:
+            log.debug("%s: %s raised", transport.description, probe.name, exc_info=True)
+            return CommandResult(
+                probe.name, probe.command, error=f"transport failed: {type(exc).__name__}: {exc}"
+            )
+
+    return run
+
+
 def _run_probes(
     transport: Transport, probes: Sequence[Probe], max_parallel: int
 ) -> list[CommandResult]:
     if len(probes) <= 1:
-        return [transport.run(p) for p in probes]
+        return [_guarded(transport)(p) for p in probes]
     with ThreadPoolExecutor(max_workers=min(len(probes), max_parallel)) as pool:
-        return list(pool.map(transport.run, probes))
+        return list(pool.map(_guarded(transport), probes))
 
 
 def _parse(
@@ -212,6 +228,9 @@ def execute(
             pieces = (
                 bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
             )
+            if not pieces and result.exited not in (0, None) and not result.stdout.strip():
+                # a multi-file probe that found no file at all collected nothing
+                results[result.name] = result = replace(result, collected=False)
             if pieces and pieces[0] is not result:
                 # parsers see the files, not the joined multi-file output they came in
                 del results[result.name]

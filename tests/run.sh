@@ -29,6 +29,14 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# tests/scenarios run real CPU torch.distributed (gloo) jobs. Exactly this version: pip takes its
+# CPU build from the machine's local index (a bare `torch` could pull a multi-GiB CUDA build).
+# Skipped when already there, so a rerun costs nothing.
+torch_version=2.13.0
+if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('torch').split('+')[0] != '$torch_version')" 2>/dev/null; then
+  echo "installing: torch==$torch_version"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$torch_version"
+fi
 
 echo "== ruff"
 .venv/bin/ruff check runbook tests benchmarks

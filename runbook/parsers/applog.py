@@ -88,6 +88,13 @@ _CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
             r"bus error",
         ),
         (
+            # c10d's client could not reach the store's address at all: a socket failure,
+            # before the store-timeout words below catch it
+            "socket",
+            r"TCP client failed to connect|failed to connect/validate to host|"
+            r"client socket has timed out after \d+ ?ms while trying to connect",
+        ),
+        (
             "store-timeout",
             r"DistStoreError|waiting for clients|TCPStore|store.*timed? ?out|"
             r"Socket Timeout|rendezvous.*time",
@@ -141,6 +148,10 @@ _ERRORISH = re.compile(
     r"\berror\b|\bfailed\b|\bfailure\b",
     re.IGNORECASE,
 )
+#: INFO/DEBUG levels of the logging module, glog (`I0304 …`), TensorFlow (`…: I tensorflow/`)
+_INFO_LEVEL = re.compile(
+    r"(?:^|[\s\[|:])(?:INFO|DEBUG|TRACE)(?:[\s\]|:-]|$)|^\[?[ID]\d{4} |\.\d+: [ID] \S+\.(?:cc|py|h)\b"
+)
 _NOT_ERROR = re.compile(r"NCCL INFO|\bno error\b|error_count=0|errors?: 0\b", re.IGNORECASE)
 
 
@@ -150,8 +161,11 @@ def rank_from_name(name: str) -> int | None:
 
 
 def classify(message: str) -> str | None:
-    """The error class of a line, or None when the line is not an error."""
+    """The error class of a line, or None when the line is not an error. A line logged at
+    INFO or DEBUG level is not an error whatever words it holds (`INFO writing to /dev/shm`)."""
     if _NOT_ERROR.search(message) and "NCCL WARN" not in message:
+        return None
+    if _INFO_LEVEL.search(message):
         return None
     for name, pattern in _CLASSES:
         if pattern.search(message):

@@ -18,7 +18,6 @@ import base64
 import hashlib
 import logging
 import re
-import select
 import shlex
 import socket
 import threading
@@ -39,6 +38,8 @@ from runbook.transports.capture import BoundedBuffer
 
 log = logging.getLogger(__name__)
 
+_POLL_MIN_S = 0.001
+_POLL_MAX_S = 0.02
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
 _SSH_URL = re.compile(
     r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>\[[^\]]+\]|[^@/:\s\[\]]+)(?::(?P<port>\d+))?$"
@@ -242,22 +243,34 @@ class SSHTransport:
                 )
             try:
                 return self._read(channel, probe, start)
+            except Exception as exc:  # a dying connection must be a result, never a crash
+                log.debug("%s: %s failed", self.address, probe.name, exc_info=True)
+                return CommandResult(
+                    probe.name,
+                    probe.command,
+                    error=f"connection failed during the command: {type(exc).__name__}: {exc}",
+                    duration=time.monotonic() - start,
+                )
             finally:
                 channel.close()
 
     def _read(self, channel: paramiko.Channel, probe: Probe, start: float) -> CommandResult:
+        # Polled, not select()ed: Channel.fileno() gives each channel an OS pipe that paramiko
+        # closes from its own thread when the server closes the channel, so a select() in
+        # another thread can race a closed (or already reused) descriptor. The wait is on the
+        # channel's exit-status event, so a finished command returns at once; data is polled
+        # with a backoff of 1 ms to 20 ms.
         out, err = BoundedBuffer(), BoundedBuffer()
         deadline = start + probe.timeout
         timed_out = False
         error = None
+        pause = _POLL_MIN_S
         while True:
-            if channel.recv_ready():
-                out.feed(channel.recv(65536))
-                continue
-            if channel.recv_stderr_ready():
-                err.feed(channel.recv_stderr(65536))
+            if self._drain(channel, out, err):
+                pause = _POLL_MIN_S
                 continue
             if channel.exit_status_ready():
+                self._drain(channel, out, err)  # data that raced the exit status
                 break
             if channel.closed or (channel.eof_received and not self._is_active()):
                 error = "connection lost before the command finished"
@@ -266,7 +279,8 @@ class SSHTransport:
             if remaining <= 0:
                 timed_out = True
                 break
-            select.select([channel], [], [], min(remaining, 0.5))
+            channel.status_event.wait(min(remaining, pause))
+            pause = min(pause * 2, _POLL_MAX_S)
         raw_err = err.getvalue()
         mark = _PGID_MARK.match(raw_err)
         if mark:
@@ -285,6 +299,18 @@ class SSHTransport:
             error=error,
         )
 
+    @staticmethod
+    def _drain(channel: paramiko.Channel, out: BoundedBuffer, err: BoundedBuffer) -> bool:
+        """Read whatever is buffered on both streams; whether anything was."""
+        got = False
+        while channel.recv_ready():
+            out.feed(channel.recv(65536))
+            got = True
+        while channel.recv_stderr_ready():
+            err.feed(channel.recv_stderr(65536))
+            got = True
+        return got
+
     def _is_active(self) -> bool:
         transport = self._client.get_transport()
         return transport is not None and transport.is_active()
@@ -301,9 +327,7 @@ class SSHTransport:
             channel = self._transport().open_session(timeout=self.options.connect_timeout)
             try:
                 channel.exec_command(command)
-                deadline = time.monotonic() + 5
-                while not channel.exit_status_ready() and time.monotonic() < deadline:
-                    select.select([channel], [], [], 0.2)
+                channel.status_event.wait(5)
             finally:
                 channel.close()
         except (OSError, paramiko.SSHException, EOFError) as exc:

@@ -1,0 +1,45 @@
+"""Real faults, live, diagnosed over SSH: scenario fixtures and their tests.
+
+Each scenario makes a node fail the way a GPU training node fails, then runs the shipped
+``nccl-init-failure`` runbook against it over SSH (``python -m runbook run nccl-init-failure
+--target ssh://root@HOST --known-hosts … --identity … --var app_log_dir=… --var cgroup_dir=…
+--format json``), as on-call would, and asserts the verdict.
+
+Real where the machine allows (no GPU, no InfiniBand here):
+
+Scenario modules (what fails, for real; the verdict it must reach):
+
+* ``test_host_memory_oom`` -- 4 gloo ranks in a 1200 MiB memory cgroup; the kernel OOM-kills
+  the rank with the big cache and the survivors fail at init: host-memory-oom. Also the same
+  job under a limit that fits (no memory blame), and the diagnosis through ``--nsenter=PID``
+  into a container's mount namespace;
+* ``test_shm_exhausted`` -- a 4 MiB tmpfs at /dev/shm; a rank's shared-memory segment gets
+  ENOSPC from posix_fallocate: shm-exhausted;
+* ``test_peer_rank_exited`` -- a rank raises ValueError before init; its peer times out at
+  init: peer-rank-exited;
+* ``test_socket_bootstrap`` -- a rank's rendezvous port is refused (wrong MASTER_PORT):
+  network-socket;
+* ``test_gpu_and_fabric_shims`` -- Xid 79, uncorrectable ECC with a pending row remap, a fatal
+  PCIe AER, P2P NS, an RDMA label without a device, and a healthy node, by real-format shims.
+
+The pieces, reusable by other tests:
+
+* :mod:`tests.scenarios.cgroups` -- :class:`MemoryCgroup` (v1 or v2), :func:`foreign_oom` (a
+  real OOM in a neighbour's cgroup, so the kernel log holds an OOM that is not the job's);
+* :mod:`tests.scenarios.job` -- :class:`Node` (a test host dressed as a node: cgroupfs, the
+  job's /dev/shm tmpfs and local name resolution, in the host's private mount namespace),
+  :class:`TrainingJob` (ranks of :mod:`tests.scenarios.rank` in the job's cgroup and the host's
+  namespaces), :class:`Container` (a mount namespace of its own, for ``--nsenter=PID``);
+* :mod:`tests.scenarios.shims` -- GPU and fabric tool output from real-format profiles under
+  ``node-data/``;
+* ``conftest.py`` -- the module-scoped fixtures (``scenario_hosts``, ``memory_cgroups``,
+  ``nodes``, ``job_on_node``) and ``diagnose``: each scenario's failure is produced once per
+  module and read by several tests; everything is removed at the module's end, pass or fail.
+
+Where the runbook does not reach the right verdict yet, the test is
+``xfail(strict=True, reason="needs runbook rule: …")``: it fails the moment the rule lands, so the
+marker comes off with it.
+
+Needs: root, openssh-server, network namespaces, a memory cgroup controller, and torch==2.13.0
+(CPU) in the virtualenv (tests/run.sh installs it). About 2.5 minutes on 2 cores.
+"""
