@@ -150,7 +150,9 @@ _ERRORISH = re.compile(
 )
 #: INFO/DEBUG levels of the logging module, glog (`I0304 …`), TensorFlow (`…: I tensorflow/`)
 _INFO_LEVEL = re.compile(
-    r"(?:^|[\s\[|:])(?:INFO|DEBUG|TRACE)(?:[\s\]|:-]|$)|^\[?[ID]\d{4} |\.\d+: [ID] \S+\.(?:cc|py|h)\b"
+    r"(?:^|[\s\[|:])(?:INFO|DEBUG|TRACE)(?:[\s\]|:-]|$)"
+    r"|^\[?[ID]\d{4} "
+    r"|\.\d+: [ID] \S+\.(?:cc|py|h)\b"
 )
 _NOT_ERROR = re.compile(r"NCCL INFO|\bno error\b|error_count=0|errors?: 0\b", re.IGNORECASE)
 
