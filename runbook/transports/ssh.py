@@ -38,6 +38,7 @@ from runbook.transports.capture import BoundedBuffer
 
 log = logging.getLogger(__name__)
 
+_EOF_GRACE_S = 2.0
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.02
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
@@ -265,13 +266,22 @@ class SSHTransport:
         timed_out = False
         error = None
         pause = _POLL_MIN_S
+        exited_at: float | None = None
         while True:
             if self._drain(channel, out, err):
                 pause = _POLL_MIN_S
                 continue
             if channel.exit_status_ready():
-                self._drain(channel, out, err)  # data that raced the exit status
-                break
+                # sshd sends exit-status when it reaps the command, which can be before it
+                # has forwarded the last output: read on until EOF, or a short grace when a
+                # background child keeps the output open
+                if exited_at is None:
+                    exited_at = time.monotonic()
+                if channel.eof_received or channel.closed or (
+                    time.monotonic() - exited_at > _EOF_GRACE_S
+                ):
+                    self._drain(channel, out, err)
+                    break
             if channel.closed or (channel.eof_received and not self._is_active()):
                 error = "connection lost before the command finished"
                 break
@@ -279,7 +289,10 @@ class SSHTransport:
             if remaining <= 0:
                 timed_out = True
                 break
-            channel.status_event.wait(min(remaining, pause))
+            if exited_at is None:
+                channel.status_event.wait(min(remaining, pause))  # returns at the exit status
+            else:
+                time.sleep(min(remaining, pause))  # the event is set: waiting on it would spin
             pause = min(pause * 2, _POLL_MAX_S)
         raw_err = err.getvalue()
         mark = _PGID_MARK.match(raw_err)

@@ -233,3 +233,21 @@ def test_a_jump_host_carries_the_connection_to_the_target(
     time.sleep(0.2)
     log = (Path(inner.dir) / "sshd.log").read_text()
     assert f"Accepted publickey for root from {bastion.address}" in log
+
+
+def test_output_sent_after_the_exit_status_is_not_lost(ssh_host, known_hosts, client_key) -> None:  # type: ignore[no-untyped-def]
+    # sshd reports exit-status when it reaps the command; output still in flight (here from a
+    # background child that writes after its parent exited) arrives after it, before EOF
+    from runbook.transports.base import Probe
+    from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+
+    host = ssh_host("late")
+    transport = SSHTransport(
+        SSHAddress(host.address, host.port),
+        SSHOptions(known_hosts=known_hosts, identities=(client_key.private_path,)),
+    )
+    try:
+        result = transport.run(Probe("late.txt", "(sleep 0.3; echo late) & echo early", 10))
+    finally:
+        transport.close()
+    assert result.exited == 0 and result.stdout == "early\nlate\n", result
