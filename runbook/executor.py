@@ -251,13 +251,11 @@ def execute(
                     truncated=result.truncated,
                 )
         facts, parse_errors = _parse(stage, results, ctx)
+        record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
         if collect_all:
-            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
             # collection walks every stage in order whatever the rules said
             ids = [s.id for s in runbook.stages]
             conductor.current = ids[index] if index < len(ids) else None
-        else:
-            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
         observer.stage_done(stage, record)
         if run_dir:
             run_dir.event(

@@ -127,7 +127,8 @@ def missing_prerequisites(sshd: str = SSHD) -> list[str]:
     return problems
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process exists (owned by anyone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -325,7 +326,7 @@ def _global_lock() -> Iterator[None]:
 def _token_owner_alive(token: str) -> bool:
     """The run that made ``token`` still holds its lock file (and its pid exists)."""
     pid = int(token[:-1])
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return False
     path = LOCK_DIR / f"{token}.lock"
     if not path.exists():

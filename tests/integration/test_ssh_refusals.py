@@ -13,6 +13,13 @@ pytestmark = pytest.mark.ssh
 RUNBOOK = str(RUNBOOKS / "ten-commands.yaml")
 
 
+def _run_against(cli, address: str, known_hosts, identity, *extra: str):  # type: ignore[no-untyped-def]
+    return cli(
+        "run", RUNBOOK, "--target", f"ssh://root@{address}", "--known-hosts", str(known_hosts),
+        "--identity", str(identity), *extra,
+    )  # fmt: skip
+
+
 def _one_line_error(result) -> str:  # type: ignore[no-untyped-def]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -63,16 +70,7 @@ def test_a_key_the_host_does_not_accept_is_an_authentication_error(
     host = ssh_host("auth")
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    result = cli(
-        "run",
-        RUNBOOK,
-        "--target",
-        f"ssh://root@{host.address}",
-        "--known-hosts",
-        str(known_hosts),
-        "--identity",
-        str(stranger),
-    )
+    result = _run_against(cli, host.address, known_hosts, stranger)
     assert result.rc == 3
     assert "authentication failed" in _one_line_error(result)
 
@@ -82,17 +80,8 @@ def test_an_address_nobody_answers_is_unreachable(
 ) -> None:  # type: ignore[no-untyped-def]
     # an unassigned address on the test bridge: nothing leaves this machine
     address = host_network.unused_address()
-    result = cli(
-        "run",
-        RUNBOOK,
-        "--target",
-        f"ssh://root@{address}",
-        "--known-hosts",
-        str(known_hosts),
-        "--identity",
-        str(client_key.private_path),
-        "--connect-timeout",
-        "1",
+    result = _run_against(
+        cli, address, known_hosts, client_key.private_path, "--connect-timeout", "1"
     )
     assert result.rc == 3
     line = _one_line_error(result)
@@ -102,15 +91,6 @@ def test_an_address_nobody_answers_is_unreachable(
 def test_a_stopped_sshd_is_a_refused_connection(ssh_host, known_hosts, client_key, cli) -> None:  # type: ignore[no-untyped-def]
     host = ssh_host("stopped")
     host.stop_sshd()
-    result = cli(
-        "run",
-        RUNBOOK,
-        "--target",
-        f"ssh://root@{host.address}",
-        "--known-hosts",
-        str(known_hosts),
-        "--identity",
-        str(client_key.private_path),
-    )
+    result = _run_against(cli, host.address, known_hosts, client_key.private_path)
     assert result.rc == 3
     assert "refused" in _one_line_error(result).lower()

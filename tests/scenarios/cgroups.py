@@ -23,6 +23,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.hosts.harness import pid_alive
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_MEMORY = CGROUP_ROOT / "memory"
 PREFIX = "rbk-scn-"
@@ -168,16 +170,6 @@ def _rmdir(path: Path, timeout: float = 10.0) -> None:
             time.sleep(0.05)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def sweep_stale() -> list[str]:
     """Remove scenario cgroups whose owning test run (the pid in the name) is gone."""
     try:
@@ -187,7 +179,7 @@ def sweep_stale() -> list[str]:
     removed = []
     for entry in root.iterdir():
         m = _NAME.match(entry.name)
-        if not m or not entry.is_dir() or _pid_alive(int(m["pid"])):
+        if not m or not entry.is_dir() or pid_alive(int(m["pid"])):
             continue
         for pid in (entry / "cgroup.procs").read_text().split():
             with contextlib.suppress(ProcessLookupError):

@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.hosts.harness import TestHost
 from tests.scenarios import shims
-from tests.scenarios.cgroups import MIB, MemoryCgroup, foreign_oom
-from tests.scenarios.conftest import Diagnosis
-from tests.scenarios.job import Container, JobResult, Node, RankSpec, TrainingJob
+from tests.scenarios.cgroups import MIB, foreign_oom
+from tests.scenarios.conftest import Diagnosis, Outcome
+from tests.scenarios.job import Container, Node, RankSpec, TrainingJob
 
 pytestmark = [pytest.mark.live, pytest.mark.ssh]
 
@@ -55,14 +54,7 @@ def _ranks() -> list[RankSpec]:
 
 
 @dataclass
-class Incident:
-    host: TestHost
-    node: Node
-    cgroup: MemoryCgroup
-    decoy_memcg: str
-    job: JobResult
-    log_dir: Path
-    diagnosis: Diagnosis
+class Incident(Outcome):
     #: the cgroup's own files, read after the job (what the kernel recorded)
     oom_kills: int
     peak_bytes: int
