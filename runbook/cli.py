@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 import re
 import secrets
 import sys
@@ -51,11 +50,9 @@ def parse_vars(items: Sequence[str]) -> dict[str, Any]:
 
 
 def state_dir() -> Path:
-    env = os.environ.get("RUNBOOK_STATE_DIR")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "nccl-runbook"
+    from runbook.config import state_dir as configured
+
+    return configured()
 
 
 def _new_run_dir(runbook_id: str, root: Path | None) -> Path:
@@ -118,6 +115,22 @@ def target_options(func: F) -> F:
     return func
 
 
+def _target_record(target: str, kw: dict[str, Any]) -> Any:
+    """The target as the approval store keeps it (to re-check the node, and for Ansible)."""
+    from runbook.remedies.plans import Target
+
+    return Target(
+        url=target,
+        identities=tuple(str(Path(p).resolve()) for p in kw.get("identities") or ()),
+        known_hosts=str(Path(kw["known_hosts"]).resolve()) if kw.get("known_hosts") else None,
+        jump=kw.get("jump"),
+        connect_timeout=float(kw.get("connect_timeout") or 10.0),
+        nsenter=kw.get("nsenter"),
+        kubectl=kw.get("kubectl") or "kubectl",
+        kube_context=kw.get("kube_context"),
+    )
+
+
 def _open(target: str, kw: dict[str, Any]) -> Any:
     from runbook.targets import TargetOptions, open_target
 
@@ -163,8 +176,15 @@ def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | No
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="runbook")
 @click.option("--debug", is_flag=True, help="Log debug detail and show tracebacks.")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    envvar="RUNBOOK_CONFIG",
+    help="Configuration file (default ~/.config/nccl-runbook/config.yaml).",
+)
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
     """Decision-tree runbooks for failed NCCL/GPU training jobs.
 
     Walks first application error → rank lifecycle → cgroup memory → NVIDIA/kernel logs →
@@ -174,7 +194,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
     \b
     Start with:  runbook demo
     """
-    ctx.obj = {"debug": debug}
+    ctx.obj = {"debug": debug, "config": config_file}
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
@@ -210,8 +230,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @click.option(
     "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
 )
+@click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
+@click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
 @target_options
+@click.pass_context
 def run(
+    ctx: click.Context,
+    /,
     runbook_ref: str,
     target: str,
     var_items: tuple[str, ...],
@@ -219,15 +244,26 @@ def run(
     run_dir: str | None,
     fmt: str,
     verbose: bool,
+    db: str | None,
+    as_user: str | None,
     **kw: Any,
 ) -> None:
-    """Walk RUNBOOK (a shipped id or a YAML file) over a target, guided stage by stage."""
+    """Walk RUNBOOK (a shipped id or a YAML file) over a target, guided stage by stage.
+
+    Each proposal is queued in the approval store; on a terminal it then stops at a prompt
+    showing its evidence and the Ansible check-mode diff: approve, deny (with a reason) or
+    skip (leave it queued). --no-input, or no terminal, never approves."""
+    from runbook import config as config_mod
     from runbook.console import GuidedConsole
     from runbook.executor import RunDirectory, execute
     from runbook.spec import load_file, resolve
 
     runbook = load_file(resolve(runbook_ref))
     variables = parse_vars(var_items)
+    cfg = config_mod.load(
+        Path(ctx.obj["config"]) if ctx.obj.get("config") else None, db=db
+    )
+    saved_target = _target_record(target, kw)
     transport = _open(target, kw)
     try:
         node, context = _replay_context(transport, variables)
@@ -247,6 +283,27 @@ def run(
             directory.close()
     finally:
         transport.close()
+    from runbook.cli_approvals import guided_approvals
+    from runbook.remedies.approval import Desk
+
+    with Desk(cfg) as desk:
+        queued = desk.queue_verdict(
+            result.verdict,
+            node=str(result.verdict.get("node") or node or "node"),
+            target=saved_target,
+            runbook_id=runbook_ref,
+            variables={**runbook.vars, **variables},
+            run_dir=str(result.run_dir),
+            source="run",
+        )
+        interactive = not no_input and fmt == "text" and sys.stdin.isatty()
+        guided_approvals(
+            Console(stderr=fmt == "json", highlight=False),
+            desk,
+            queued,
+            interactive=interactive,
+            as_user=as_user,
+        )
     if fmt == "json":
         click.echo(json.dumps(result.verdict, indent=2, default=str))
     else:
@@ -428,6 +485,21 @@ def demo(run_dir: str | None, verbose: bool) -> None:
             directory.close()
             transport.close()
     console.print(f"\nrun directory: {root}")
+
+
+def _register_subcommands() -> None:
+    from runbook.cli_approvals import approvals, audit
+
+    cli.add_command(approvals)
+    cli.add_command(audit)
+    try:
+        from runbook.cli_estimate import estimate_memory
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return
+    cli.add_command(estimate_memory)
+
+
+_register_subcommands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

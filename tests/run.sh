@@ -38,6 +38,9 @@ if ! .venv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.versio
   .venv/bin/python -m pip install -q --disable-pip-version-check "torch==$torch_version"
 fi
 
+# kubernetes.core (requirements.yml) from the `ansible` wheel on PyPI: Galaxy may be unreachable
+.venv/bin/python tests/tools/install_collections.py
+
 echo "== ruff"
 .venv/bin/ruff check runbook tests benchmarks
 echo "== mypy"

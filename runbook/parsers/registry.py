@@ -54,3 +54,4 @@ def names() -> frozenset[str]:
 def _load_builtin() -> None:
     # importing the package registers every shipped parser module
     import runbook.parsers  # noqa: F401
+    from runbook.parsers import procmem  # noqa: F401  (registered here: not imported by the package)

@@ -25,17 +25,32 @@ class CliResult:
         return json.loads(self.stdout)
 
 
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a CLI under test: its state, config and Ansible's own dirs under
+    tmp_path (never the user's ~/.local/state, ~/.config or ~/.ansible)."""
+    ansible = tmp_path / "ansible"
+    return {
+        **os.environ,
+        "RUNBOOK_STATE_DIR": str(tmp_path / "state"),
+        "XDG_CONFIG_HOME": str(tmp_path / "config"),
+        "ANSIBLE_HOME": str(ansible),
+        "ANSIBLE_LOCAL_TEMP": str(ansible / "tmp"),
+        "ANSIBLE_REMOTE_TEMP": str(ansible / "remote-tmp"),
+        "COLUMNS": "200",
+    }
+
+
 @pytest.fixture
 def cli(tmp_path: Path):  # type: ignore[no-untyped-def]
     """`cli("run", ...)` runs `python -m runbook ...` with its state under tmp_path."""
-    env = {**os.environ, "RUNBOOK_STATE_DIR": str(tmp_path / "state"), "COLUMNS": "200"}
+    env = cli_env(tmp_path)
 
-    def run(*args: str, timeout: float = 60) -> CliResult:
+    def run(*args: str, timeout: float = 60, extra_env: dict[str, str] | None = None) -> CliResult:
         proc = subprocess.run(
             [sys.executable, "-m", "runbook", *args],
             capture_output=True,
             text=True,
-            env=env,
+            env={**env, **(extra_env or {})},
             timeout=timeout,
             stdin=subprocess.DEVNULL,
         )

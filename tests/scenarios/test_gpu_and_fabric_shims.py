@@ -16,6 +16,7 @@ propose draining the node.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 import shlex
 import subprocess
@@ -271,3 +272,55 @@ def test_an_rdma_label_without_a_device_proposes_the_nccl_ib_disable_ab_test(
     d = shim_nodes["rdma-label"].diagnosis
     assert "nccl-ib-disable-ab" in d.proposal_kinds, d.explain()
     assert d.facts("rdma-socket", "rdma")["usable"] is False
+
+
+@pytest.mark.ansible
+def test_the_approved_ab_remedy_on_the_rdma_node_reports_ib_failing_and_socket_passing(
+    shim_nodes: dict[str, ShimNode], host_network: Any, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The queued nccl-ib-disable-ab proposal, approved: the node is re-checked over SSH (the
+    evidence still holds), then the real playbook runs all_reduce_perf twice on it through
+    Ansible over SSH; this node's all_reduce_perf is an A/B shim whose IB path fails at init."""
+    from runbook.config import load
+    from runbook.remedies.approval import Desk
+    from runbook.remedies.live import recheck
+    from runbook.remedies.plans import Target
+    from tests.ansible.shims import install_ab_all_reduce_perf
+
+    node = shim_nodes["rdma-label"]
+    calls = install_ab_all_reduce_perf(node.host)
+    argv = node.diagnosis.argv
+    variables = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--var")
+    for name in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP"):
+        monkeypatch.setenv(name, str(tmp_path / "ansible" / name.lower()))
+    monkeypatch.setenv("RUNBOOK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    target = Target(
+        url=f"ssh://root@{node.host.address}:{node.host.port}",
+        identities=(str(host_network.client_key.private_path),),
+        known_hosts=str(host_network.known_hosts_path),
+        connect_timeout=5.0,
+    )
+    with Desk(load(None)) as desk:
+        queued = desk.queue_verdict(
+            node.diagnosis.verdict, node=node.host.name, target=target,
+            runbook_id="nccl-init-failure", variables=variables, run_dir=None,
+        )
+        (ab,) = [q for q in queued if q.proposal.kind == "nccl-ib-disable-ab"]
+        assert ab.plan is not None, ab.plan_error
+        execution = desk.approve(ab.proposal.id, recheck=True, recheck_fn=recheck)
+        assert execution.ok, execution.result
+        events = [e["event"] for e in desk.audit.entries() if e["proposal"] == ab.proposal.id]
+    assert events == ["proposed", "rechecked", "approved", "check", "executed"], events
+    comparison = execution.result["comparison"][node.host.name]
+    cases = comparison["cases"]
+    assert not cases["ib-enabled"]["completed"] and cases["ib-enabled"]["network"] == "IB"
+    assert cases["ib-disabled"]["passed"] and cases["ib-disabled"]["wrong"] == 0
+    assert cases["ib-disabled"]["network"] == "Socket"
+    assert cases["ib-disabled"]["avg_busbw"] and cases["ib-disabled"]["avg_busbw"] > 0
+    assert comparison["conclusion"].startswith("IB init/transport fails and Socket succeeds")
+    # run twice on the node (check mode ran nothing), the second time with NCCL_IB_DISABLE=1
+    ran = [json.loads(line) for line in calls.read_text().splitlines()]
+    assert len(ran) == 2, ran
+    assert [r.get("env", {}).get("NCCL_IB_DISABLE") for r in ran] == [None, "1"], ran

@@ -1,0 +1,382 @@
+"""`runbook approvals …` and `runbook audit …`: the approval queue and its audit trail.
+
+Exit codes: 0 done; 1 refused, denied by the state of the proposal (already decided, running,
+ran), a failed execution or a broken audit chain; 2 usage (unknown ID, bad flags).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from runbook import config as config_mod
+from runbook.remedies.playbook import TaskOutcome
+
+_STATUS_STYLE = {
+    "ok": "green",
+    "changed": "yellow",
+    "failed": "bold red",
+    "unreachable": "bold red",
+    "skipped": "dim",
+}
+
+
+def task_printer(console: Console) -> Any:
+    def show(task: TaskOutcome) -> None:
+        style = _STATUS_STYLE.get(task.status, "")
+        line = f"  [{style}]{task.status:>11}[/] {escape(task.host)}: {escape(task.task)}"
+        if task.message and task.status in ("failed", "unreachable"):
+            line += f" — {escape(task.message[:200])}"
+        console.print(line, highlight=False)
+
+    return show
+
+
+def print_diff(console: Console, diff: str) -> None:
+    if not diff.strip():
+        console.print("  (the check run reports no change)")
+        return
+    for line in diff.splitlines():
+        style = (
+            "green" if line.startswith("+") and not line.startswith("+++") else
+            "red" if line.startswith("-") and not line.startswith("---") else
+            "cyan" if line.startswith("@@") else ""
+        )
+        console.print(f"  [{style}]{escape(line)}[/]" if style else f"  {escape(line)}",
+                      highlight=False)
+
+
+def _when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _desk(ctx: click.Context) -> Any:
+    from runbook.remedies.approval import Desk
+
+    obj = ctx.find_root().obj or {}
+    cfg = config_mod.load(
+        Path(obj["config"]) if obj.get("config") else None, db=ctx.obj.get("db")
+    )
+    return Desk(cfg)
+
+
+@click.group()
+@click.option("--db", type=click.Path(dir_okay=False), help="Approval store (SQLite) to use.")
+@click.pass_context
+def approvals(ctx: click.Context, db: str | None) -> None:
+    """The queue of proposals waiting for a human decision."""
+    ctx.obj = {**(ctx.obj or {}), "db": db}
+
+
+@approvals.command("list")
+@click.option(
+    "--state",
+    "states",
+    multiple=True,
+    type=click.Choice(["pending", "running", "succeeded", "failed", "denied", "refused", "all"]),
+    help="Only these states (repeatable; default pending and running).",
+)
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.pass_context
+def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
+    """List queued proposals."""
+    with _desk(ctx) as desk:
+        wanted = None if "all" in states else (states or ("pending", "running"))
+        items = desk.store.list(states=wanted)
+    if fmt == "json":
+        click.echo(json.dumps([p.as_dict() for p in items], indent=2, default=str))
+        return
+    # a pipe gets whole lines (rich would wrap at 80 columns)
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+    if not items:
+        console.print("no proposals" + (f" in state {', '.join(wanted)}" if wanted else ""))
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("ID", "STATE", "KIND", "NODE", "PROPOSED", "EXPIRES"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("SUMMARY", overflow="fold")
+    for p in items:
+        table.add_row(p.id, p.state, p.kind, p.node or "-", _when(p.created_at),
+                      "expired" if p.expired and p.state == "pending" else _when(p.expires_at),
+                      escape(p.summary))
+    console.print(table)
+
+
+def show_proposal(console: Console, p: Any) -> None:
+    console.print(f"[bold]{p.id}[/]  {p.kind} on {escape(p.node or '?')}  [{p.state}]")
+    console.print(f"  {escape(p.summary)}")
+    evidence = p.evidence or {}
+    console.print(
+        f"  verdict: {evidence.get('root_cause')} ({evidence.get('confidence')}); "
+        f"surfaced as {escape(str(evidence.get('surfaced_as') or '-'))}"
+    )
+    first = evidence.get("first_anomaly") or {}
+    if first:
+        where = first.get("source")
+        if first.get("line"):
+            where = f"{where}:{first['line']}"
+        when = str(first.get("time") or "")
+        console.print(f"  first anomaly: {escape(str(where))} {escape(when)}")
+        if first.get("text"):
+            console.print(f"    {escape(str(first['text'])[:200])}")
+    for link in evidence.get("chain") or []:
+        console.print(f"  - {escape(str(link.get('stage')))}: {escape(str(link.get('finding')))}")
+    plan = p.plan or {}
+    if "playbook" in plan:
+        console.print(f"  playbook: playbooks/{plan['playbook']}")
+        for line in plan.get("describe") or []:
+            console.print(f"    {escape(str(line))}")
+        console.print("  variables:")
+        for key, value in sorted((plan.get("extravars") or {}).items()):
+            text = value if isinstance(value, str) else json.dumps(value)
+            text = text if len(text) < 160 else text[:157] + "..."
+            console.print(f"    {key} = {escape(text)}")
+    else:
+        console.print(f"  [yellow]not executable:[/] {escape(str(plan.get('error')))}")
+    console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}")
+    if p.decided_by:
+        console.print(f"  decided by {escape(p.decided_by)} at {_when(p.decided_at)}"
+                      + (f": {escape(p.reason)}" if p.reason else ""))
+    if p.result:
+        console.print(f"  result: {p.result.get('status')} (rc {p.result.get('rc')})")
+        for line in p.result.get("failed") or []:
+            console.print(f"    failed: {escape(str(line))}")
+
+
+@approvals.command("show")
+@click.argument("pid", metavar="ID")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.pass_context
+def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
+    """Show one proposal: summary, the evidence it rests on, the exact playbook and variables."""
+    with _desk(ctx) as desk:
+        p = desk.store.get(pid)
+    if fmt == "json":
+        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        return
+    show_proposal(Console(highlight=False), p)
+
+
+@approvals.command("preview")
+@click.argument("pid", metavar="ID")
+@click.pass_context
+def preview_cmd(ctx: click.Context, pid: str) -> None:
+    """Run the proposal's playbook in check mode and show the diff of what it would change."""
+    console = Console(highlight=False)
+    with _desk(ctx) as desk:
+        result = desk.preview(pid, on_task=task_printer(console))
+    print_diff(console, result.diff_text())
+    if not result.ok:
+        raise click.exceptions.Exit(1)
+
+
+def report_execution(console: Console, execution: Any) -> None:
+    from runbook.remedies import ab
+
+    p = execution.proposal
+    if execution.apply is None:
+        console.print(f"[bold red]check run failed[/] ({execution.check.status}); "
+                      f"nothing was changed; {p.id} is {p.state}")
+        return
+    for node, comparison in (execution.result.get("comparison") or {}).items():
+        console.print(f"[bold]A/B on {escape(node)}[/]")
+        for line in ab.render(comparison):
+            console.print(f"  {escape(line)}")
+    colour = "green" if execution.ok else "bold red"
+    console.print(f"[{colour}]{p.id} {p.state}[/] (artifacts: {execution.apply.artifact_dir})")
+
+
+@approvals.command("approve")
+@click.argument("pid", metavar="ID")
+@click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
+              "the OS user), e.g. behind a shared account.")
+@click.option("--no-recheck", is_flag=True, help="Do not re-walk the runbook on the node first "
+              "(the skip is recorded in the audit trail).")
+@click.pass_context
+def approve_cmd(ctx: click.Context, pid: str, as_user: str | None, no_recheck: bool) -> None:
+    """Approve ID: re-check, check mode, then the real run; exactly once."""
+    from runbook.remedies import live
+
+    console = Console(highlight=False)
+    with _desk(ctx) as desk:
+        p = desk.store.get(pid)
+        if no_recheck:
+            desk.record("recheck-skipped", pid, as_user, {"by": "--no-recheck"})
+        recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
+            "replay://")
+        console.print(f"approving {pid} ({p.kind} on {p.node})"
+                      + ("; re-checking the node first" if recheckable and not no_recheck else ""))
+        execution = desk.approve(
+            pid,
+            as_user=as_user,
+            recheck=recheckable and not no_recheck,
+            recheck_fn=live.recheck,
+            guard_fn=live.drain_guard,
+            on_task=task_printer(console),
+        )
+    report_execution(console, execution)
+    if not execution.ok:
+        raise click.exceptions.Exit(1)
+
+
+@approvals.command("deny")
+@click.argument("pid", metavar="ID")
+@click.option("--reason", required=True, help="Why (recorded in the audit trail).")
+@click.option("--as", "as_user", metavar="NAME")
+@click.pass_context
+def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None) -> None:
+    """Deny ID with a reason; nothing runs."""
+    with _desk(ctx) as desk:
+        p = desk.deny(pid, reason=reason, as_user=as_user)
+    click.echo(f"{p.id} denied by {p.decided_by}: {reason}")
+
+
+@click.group()
+def audit() -> None:
+    """The tamper-evident audit trail of proposals, decisions and executions."""
+
+
+def _audit_paths(ctx: click.Context, log: str | None, db: str | None) -> tuple[Path, Any]:
+    obj = ctx.find_root().obj or {}
+    cfg = config_mod.load(Path(obj["config"]) if obj.get("config") else None, db=db)
+    return (Path(log) if log else cfg.audit_log), cfg
+
+
+@audit.command("verify")
+@click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
+@click.option("--db", type=click.Path(dir_okay=False), help="Approval store holding the anchor.")
+@click.pass_context
+def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
+    """Recompute the hash chain; exit 1 naming the first broken entry."""
+    from runbook.remedies.audit import verify
+    from runbook.remedies.store import Store
+
+    path, cfg = _audit_paths(ctx, log, db)
+    anchor = None
+    if cfg.db.exists():
+        with Store(cfg.db) as store:
+            anchor = store.audit_head()
+    result = verify(path, anchor=anchor)
+    if result.ok:
+        click.echo(f"{path}: {result.entries} entries, chain intact"
+                   + (f" (head {result.head.hash[:12]})" if result.head else ""))
+        return
+    for problem in result.problems:
+        click.echo(f"{path}: {problem}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+@audit.command("show")
+@click.option("--log", type=click.Path(dir_okay=False))
+@click.option("--proposal", "pid", help="Only this proposal's entries.")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.pass_context
+def show_audit(ctx: click.Context, log: str | None, pid: str | None, fmt: str) -> None:
+    """Print the audit trail (optionally one proposal's)."""
+    from runbook.remedies.audit import AuditLog
+
+    path, _ = _audit_paths(ctx, log, None)
+    for entry in AuditLog(path).entries():
+        if pid and entry.get("proposal") != pid:
+            continue
+        if fmt == "json":
+            click.echo(json.dumps(entry, default=str))
+        else:
+            click.echo(f"{entry['seq']:>5} {entry['time'][:19]} {entry['event']:<11} "
+                       f"{entry.get('proposal') or '-':<10} {entry.get('actor') or '-'}"
+                       + _brief(entry.get("data") or {}))
+
+
+def _brief(data: Mapping[str, Any]) -> str:
+    for key in ("reason", "summary", "status", "playbook"):
+        if data.get(key):
+            return f"  {key}: {str(data[key])[:120]}"
+    return ""
+
+
+def guided_approvals(
+    console: Console,
+    desk: Any,
+    queued: list[Any],
+    *,
+    interactive: bool,
+    as_user: str | None = None,
+) -> None:
+    """After a guided walk: each queued proposal with its evidence and check-mode diff, then
+    approve / deny / skip. Not interactive: say where each one waits."""
+    from runbook.remedies import live
+
+    if not queued:
+        return
+    console.rule("[bold]proposals")
+    for number, item in enumerate(queued, 1):
+        p = item.proposal
+        console.print(f"\n[bold]proposal {number}/{len(queued)}[/]")
+        show_proposal(console, p)
+        if p.state != "pending":
+            continue
+        if not interactive:
+            console.print(f"  queued: runbook approvals show {p.id} / approve {p.id}")
+            continue
+        if item.plan is None:
+            console.print(f"  left in the queue as {p.id}: it cannot run as it is")
+            continue
+        console.print("  [bold]check mode[/] (changes nothing):")
+        try:
+            preview = desk.preview(p.id, on_task=task_printer(console))
+        except Exception as exc:
+            console.print(f"  [red]check run could not start:[/] {escape(str(exc))}")
+            preview = None
+        if preview is not None:
+            console.print("  [bold]what would change:[/]")
+            print_diff(console, preview.diff_text())
+        choices = ["approve", "deny", "skip"] if preview is not None and preview.ok else [
+            "deny", "skip"]
+        if preview is not None and not preview.ok:
+            console.print("  [red]the check run failed: approval is not offered[/]")
+        answer = click.prompt(
+            "  " + " / ".join(choices),
+            type=click.Choice([*choices, *(c[0] for c in choices)]),
+            show_choices=False,
+            err=True,
+        )
+        answer = next(c for c in choices if c.startswith(answer))
+        if answer == "skip":
+            console.print(f"  skipped: left in the queue as {p.id}")
+            continue
+        if answer == "deny":
+            reason = click.prompt("  reason", err=True).strip() or "denied at the prompt"
+            desk.deny(p.id, reason=reason, as_user=as_user)
+            console.print(f"  denied: {escape(reason)}")
+            continue
+        console.print("  [bold]running[/]")
+        try:
+            execution = desk.approve(
+                p.id,
+                as_user=as_user,
+                recheck=False,  # the evidence is this run's, seconds old
+                guard_fn=live.drain_guard,
+                on_task=task_printer(console),
+            )
+        except Exception as exc:
+            from runbook.errors import RunbookError
+
+            if not isinstance(exc, RunbookError):
+                raise
+            console.print(f"  [red]{escape(exc.one_line())}[/]")
+            continue
+        report_execution(console, execution)

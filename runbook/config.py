@@ -1,0 +1,136 @@
+"""The operator's configuration: where the approval queue lives, who may approve, the guards.
+
+Read from `$RUNBOOK_CONFIG`, else `$XDG_CONFIG_HOME/nccl-runbook/config.yaml` (usually
+`~/.config/nccl-runbook/config.yaml`); every key is optional::
+
+    approvals:
+      db: /var/lib/nccl-runbook/approvals.db   # default: <state dir>/approvals.db
+      audit_log: /var/lib/nccl-runbook/audit.jsonl   # default: next to the db
+      ttl: 24h                                 # a proposal older than this is refused
+    approvers: [alice, bob]                    # who may approve; empty or absent: anyone
+    drain:
+      max_cordoned: 1                          # pool nodes that may already be cordoned
+      max_fraction: 0.1                        # of the pool, this node included
+      pool_selector: nvidia.com/gpu.present=true
+    kubernetes:
+      kubeconfig: ~/.kube/config
+      context: prod-gpu
+
+The state dir is `$RUNBOOK_STATE_DIR`, else `$XDG_STATE_HOME/nccl-runbook`
+(`~/.local/state/nccl-runbook`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runbook.errors import UsageError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any, *, what: str = "duration") -> float:
+    """`90`, `90s`, `15m`, `24h`, `7d` → seconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    match = _DURATION.match(str(value))
+    if not match or float(match.group(1)) <= 0:
+        raise UsageError(f"{what} {value!r}: expected a positive number of s, m, h or d (e.g. 24h)")
+    return float(match.group(1)) * _UNIT[match.group(2)]
+
+
+def state_dir() -> Path:
+    env = os.environ.get("RUNBOOK_STATE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "nccl-runbook"
+
+
+def config_path() -> Path:
+    env = os.environ.get("RUNBOOK_CONFIG")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "nccl-runbook" / "config.yaml"
+
+
+@dataclass(frozen=True)
+class DrainGuard:
+    max_cordoned: int = 1
+    max_fraction: float = 0.1
+    pool_selector: str = "nvidia.com/gpu.present=true"
+
+
+@dataclass(frozen=True)
+class Config:
+    db: Path
+    audit_log: Path
+    ttl: float = 24 * 3600.0
+    approvers: tuple[str, ...] = ()
+    drain: DrainGuard = field(default_factory=DrainGuard)
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    source: Path | None = None
+
+
+def _mapping(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}: expected a mapping")
+    return value
+
+
+def load(path: Path | None = None, *, db: str | None = None) -> Config:
+    """The configuration, with `db` (a `--db` flag) taking precedence over the file."""
+    source = path or config_path()
+    raw: dict[str, Any] = {}
+    if source.exists():
+        try:
+            loaded = yaml.safe_load(source.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"config {source}: {' '.join(str(exc).split())}") from exc
+        raw = _mapping(loaded, f"config {source}")
+    elif path is not None:
+        raise UsageError(f"config {source}: no such file")
+    approvals = _mapping(raw.get("approvals"), f"config {source}: approvals")
+    db_path = Path(
+        os.path.expanduser(str(db or approvals.get("db") or state_dir() / "approvals.db"))
+    )
+    audit = approvals.get("audit_log")
+    audit_path = Path(os.path.expanduser(str(audit))) if audit else db_path.with_name("audit.jsonl")
+    approvers = raw.get("approvers") or []
+    if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
+        raise UsageError(f"config {source}: approvers: expected a list of user names")
+    drain_raw = _mapping(raw.get("drain"), f"config {source}: drain")
+    try:
+        drain = DrainGuard(
+            max_cordoned=int(drain_raw.get("max_cordoned", 1)),
+            max_fraction=float(drain_raw.get("max_fraction", 0.1)),
+            pool_selector=str(drain_raw.get("pool_selector", DrainGuard.pool_selector)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"config {source}: drain: {exc}") from exc
+    if drain.max_cordoned < 0 or not 0 < drain.max_fraction <= 1:
+        raise UsageError(
+            f"config {source}: drain: max_cordoned must be >= 0 and max_fraction in (0, 1]"
+        )
+    kube = _mapping(raw.get("kubernetes"), f"config {source}: kubernetes")
+    return Config(
+        db=db_path,
+        audit_log=audit_path,
+        ttl=parse_duration(approvals.get("ttl", "24h"), what=f"config {source}: approvals.ttl"),
+        approvers=tuple(approvers),
+        drain=drain,
+        kubeconfig=os.path.expanduser(str(kube["kubeconfig"])) if kube.get("kubeconfig") else None,
+        kube_context=str(kube["context"]) if kube.get("context") else None,
+        source=source if source.exists() else None,
+    )

@@ -1,0 +1,1 @@
+"""Proposals, the approval store and audit trail, guards, and their execution through Ansible."""

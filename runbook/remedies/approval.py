@@ -1,0 +1,373 @@
+"""The approval desk: queue a verdict's proposals, preview them, approve or deny, execute once.
+
+Every step writes the audit trail first-hand (`proposed`, `previewed`, `approved`, `denied`,
+`refused`, `check`, `executed`, `failed`), each entry naming the actor and, for an approval, the
+exact playbook and variables. Order of an approval::
+
+    authorised approver?  → still pending?  → within its TTL?  → evidence still there
+    (re-check on the live node)?  → node-drain: blast-radius guard, live  → claim (exactly one
+    winner)  → check mode + diff  → the real run  → succeeded | failed (never retried)
+
+Any "no" before the claim leaves the proposal refused with the reason (or, for an approver
+who is not allowed, untouched); after the claim the proposal is never run again.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.config import Config, state_dir
+from runbook.errors import RunbookError
+from runbook.remedies import plans
+from runbook.remedies.audit import AuditLog
+from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
+from runbook.remedies.store import Proposal, Store
+
+
+class Refused(RunbookError):
+    """The approval was refused (stale, evidence gone, guard, not an approver)."""
+
+    exit_code = 1
+
+
+def os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def actor_name(as_user: str | None) -> str:
+    """Who acts: the OS user, or `--as NAME` recorded alongside it (a shared account)."""
+    user = os_user()
+    return f"{as_user} (os user {user})" if as_user and as_user != user else user
+
+
+@dataclass
+class Queued:
+    proposal: Proposal
+    new: bool
+    plan: plans.Plan | None
+    plan_error: str | None
+
+
+@dataclass
+class Execution:
+    proposal: Proposal
+    check: PlaybookResult
+    apply: PlaybookResult | None
+    result: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.apply is not None and self.apply.ok
+
+
+def _evidence(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "root_cause": verdict.get("root_cause"),
+        "confidence": verdict.get("confidence"),
+        "surfaced_as": verdict.get("surfaced_as"),
+        "first_anomaly": verdict.get("first_anomaly"),
+        "chain": verdict.get("chain") or [],
+    }
+
+
+class Desk:
+    def __init__(self, config: Config, *, remedies_dir: Path | None = None) -> None:
+        self.config = config
+        self.store = Store(config.db)
+        self.audit = AuditLog(config.audit_log)
+        self.remedies_dir = remedies_dir or config.db.parent / "remedies"
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Desk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def record(
+        self, event: str, proposal: str | None, actor: str | None, data: Mapping[str, Any]
+    ) -> None:
+        entry = self.audit.append(event, proposal=proposal, actor=actor, data=data)
+        self.store.record_audit_head(int(entry["seq"]), str(entry["hash"]))
+
+    # ------------------------------------------------------------------------------ queue
+    def queue_verdict(
+        self,
+        verdict: Mapping[str, Any],
+        *,
+        node: str,
+        target: plans.Target | None,
+        runbook_id: str,
+        variables: Mapping[str, Any],
+        run_dir: str | None,
+        source: str = "run",
+    ) -> list[Queued]:
+        """Queue each executable proposal of a verdict (advice kinds are not queued)."""
+        out: list[Queued] = []
+        for proposal in verdict.get("proposals") or []:
+            if proposal.get("kind") in plans.ADVICE_KINDS:
+                continue
+            key = f"{node}:{proposal['id']}"
+            work_dir = self.remedies_dir / _safe(key)
+            ctx = plans.PlanContext(
+                node=node,
+                target=target,
+                variables=variables,
+                work_dir=work_dir,
+                root_cause=verdict.get("root_cause"),
+                kubeconfig=variables.get("kubeconfig") or self.config.kubeconfig,
+                kube_context=variables.get("kube_context") or self.config.kube_context,
+                drain_max_cordoned=self.config.drain.max_cordoned,
+                drain_max_fraction=self.config.drain.max_fraction,
+                drain_pool_selector=self.config.drain.pool_selector,
+            )
+            plan: plans.Plan | None = None
+            plan_error: str | None = None
+            try:
+                plan = plans.plan_for(proposal, ctx)
+            except RunbookError as exc:
+                plan_error = exc.one_line()
+            stored, new = self.store.enqueue(
+                key=key,
+                kind=str(proposal["kind"]),
+                remedy=str(proposal.get("remedy") or proposal["kind"]),
+                summary=str(proposal.get("summary") or ""),
+                params=proposal.get("params") or {},
+                evidence=_evidence(verdict),
+                source=source,
+                ttl=self.config.ttl,
+                node=node,
+                root_cause=verdict.get("root_cause"),
+                playbook=plan.playbook if plan else proposal.get("playbook"),
+                plan=plan.as_dict() if plan else {"error": plan_error},
+                target=target.as_dict() if target else None,
+                runbook=runbook_id,
+                variables=variables,
+                run_dir=run_dir,
+            )
+            self.record(
+                "proposed" if new else "refreshed",
+                stored.id,
+                os_user(),
+                {
+                    "kind": stored.kind,
+                    "node": node,
+                    "summary": stored.summary,
+                    "root_cause": stored.root_cause,
+                    "source": source,
+                    "run_dir": run_dir,
+                    "plan": stored.plan,
+                },
+            )
+            out.append(Queued(stored, new, plan, plan_error))
+        return out
+
+    # --------------------------------------------------------------------------- decisions
+    def _authorise(self, proposal: Proposal, actor: str, as_user: str | None) -> None:
+        allowed = self.config.approvers
+        if not allowed:
+            return
+        names = {os_user()} | ({as_user} if as_user else set())
+        if not names & set(allowed):
+            self.record(
+                "refused",
+                proposal.id,
+                actor,
+                {"reason": "not an approver", "approvers": list(allowed)},
+            )
+            raise Refused(f"{actor} may not approve proposals (approvers: {', '.join(allowed)})")
+
+    def _refuse(self, proposal: Proposal, actor: str, reason: str) -> Refused:
+        self.store.decide(proposal.id, "refused", actor=actor, reason=reason)
+        self.record("refused", proposal.id, actor, {"reason": reason})
+        return Refused(f"proposal {proposal.id} refused: {reason}")
+
+    def deny(self, pid: str, *, reason: str, as_user: str | None = None) -> Proposal:
+        if not reason.strip():
+            raise Refused("a denial needs a reason (--reason)")
+        actor = actor_name(as_user)
+        proposal = self.store.decide(pid, "denied", actor=actor, reason=reason)
+        self.record("denied", pid, actor, {"reason": reason})
+        return proposal
+
+    def plan_of(self, proposal: Proposal) -> plans.Plan:
+        if not proposal.plan or "playbook" not in proposal.plan:
+            error = (proposal.plan or {}).get("error") or "no plan"
+            raise Refused(f"proposal {proposal.id} cannot be executed: {error}")
+        return plans.Plan.from_dict(proposal.plan)
+
+    def preview(
+        self, pid: str, *, on_task: Callable[[TaskOutcome], None] | None = None
+    ) -> PlaybookResult:
+        """Check mode with diff: exactly what the real run would change. Changes nothing."""
+        proposal = self.store.get(pid)
+        plan = self.plan_of(proposal)
+        result = self._run(proposal, plan, check=True, on_task=on_task)
+        self.record(
+            "previewed",
+            pid,
+            os_user(),
+            {"status": result.status, "rc": result.rc, "diff": result.diff_text()[:20000]},
+        )
+        return result
+
+    def approve(
+        self,
+        pid: str,
+        *,
+        as_user: str | None = None,
+        recheck: bool = True,
+        on_task: Callable[[TaskOutcome], None] | None = None,
+        recheck_fn: Callable[[Proposal], Mapping[str, Any]] | None = None,
+        guard_fn: Callable[[Proposal, plans.Plan], tuple[bool, str]] | None = None,
+    ) -> Execution:
+        actor = actor_name(as_user)
+        proposal = self.store.get(pid)
+        self._authorise(proposal, actor, as_user)
+        if proposal.state != "pending":
+            from runbook.remedies.store import Conflict
+
+            raise Conflict(self.store._not_pending(proposal))
+        if proposal.expired:
+            age = (time.time() - proposal.created_at) / 3600
+            raise self._refuse(
+                proposal,
+                actor,
+                f"stale: proposed {age:.1f} h ago, past its TTL of "
+                f"{(proposal.expires_at - proposal.created_at) / 3600:.1f} h; "
+                "re-run the runbook for fresh evidence",
+            )
+        plan = self.plan_of(proposal) if proposal.plan and "playbook" in proposal.plan else None
+        if plan is None:
+            error = (proposal.plan or {}).get("error") or "no plan"
+            raise self._refuse(proposal, actor, f"cannot be executed: {error}")
+        changed = [
+            name
+            for name, digest in plan.sources.items()
+            if plans.file_digest(Path(name)) != digest
+        ]
+        if changed:
+            raise self._refuse(
+                proposal,
+                actor,
+                f"stale: {', '.join(changed)} changed since the proposal was made; "
+                "re-run the runbook to plan against the file as it is now",
+            )
+        if recheck and recheck_fn is not None:
+            verdict = recheck_fn(proposal)
+            kinds = {p.get("kind") for p in verdict.get("proposals") or []}
+            self.record(
+                "rechecked",
+                pid,
+                actor,
+                {"root_cause": verdict.get("root_cause"), "proposes": sorted(map(str, kinds))},
+            )
+            if proposal.kind not in kinds:
+                raise self._refuse(
+                    proposal,
+                    actor,
+                    f"evidence no longer holds: a re-check now finds "
+                    f"{verdict.get('root_cause')} and proposes no {proposal.kind}",
+                )
+        if guard_fn is not None and proposal.kind == "node-drain":
+            allowed, why = guard_fn(proposal, plan)
+            self.record("guard", pid, actor, {"allowed": allowed, "reason": why})
+            if not allowed:
+                raise self._refuse(proposal, actor, why)
+        proposal = self.store.claim(pid, actor=actor)
+        self.record(
+            "approved",
+            pid,
+            actor,
+            {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+        )
+        try:
+            check = self._run(proposal, plan, check=True, on_task=on_task)
+        except RunbookError as exc:
+            failure = {"stage": "check", "error": exc.one_line()}
+            self._finish(proposal, actor, ok=False, result=failure)
+            raise
+        self.record("check", pid, actor, _summary(check))
+        if not check.ok:
+            result = {"stage": "check", **check.as_dict()}
+            done = self._finish(proposal, actor, ok=False, result=result)
+            return Execution(done, check, None, result)
+        try:
+            applied = self._run(proposal, plan, check=False, on_task=on_task)
+        except RunbookError as exc:
+            failure = {"stage": "apply", "error": exc.one_line()}
+            self._finish(proposal, actor, ok=False, result=failure)
+            raise
+        result = {"stage": "apply", **applied.as_dict(), "check": _summary(check)}
+        result.update(self._post(proposal, plan))
+        done = self._finish(proposal, actor, ok=applied.ok, result=result)
+        return Execution(done, check, applied, result)
+
+    # ------------------------------------------------------------------------------ helpers
+    def _finish(
+        self, proposal: Proposal, actor: str, *, ok: bool, result: Mapping[str, Any]
+    ) -> Proposal:
+        done = self.store.finish(proposal.id, ok=ok, result=result)
+        summary = {k: v for k, v in result.items() if k not in ("diff",)}
+        self.record("executed" if ok else "failed", proposal.id, actor, summary)
+        return done
+
+    def _run(
+        self,
+        proposal: Proposal,
+        plan: plans.Plan,
+        *,
+        check: bool,
+        on_task: Callable[[TaskOutcome], None] | None,
+    ) -> PlaybookResult:
+        work = self.remedies_dir / _safe(proposal.key)
+        stamp = time.strftime("%Y%m%dT%H%M%S") + f"-{time.time_ns() % 1_000_000:06d}"
+        return run_playbook(
+            plan.playbook,
+            inventory=plan.inventory,
+            extravars=plan.extravars,
+            private_dir=work / f"ansible-{'check' if check else 'apply'}-{stamp}",
+            check=check,
+            on_task=on_task,
+            limit=plan.limit,
+        )
+
+    def _post(self, proposal: Proposal, plan: plans.Plan) -> dict[str, Any]:
+        """What a diagnostic remedy found (the A/B comparison)."""
+        if proposal.kind == "nccl-ib-disable-ab":
+            from runbook.remedies import ab
+
+            out = Path(str(plan.extravars["nccl_ab_output_dir"]))
+            hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
+            comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
+            return {"comparison": comparisons}
+        return {}
+
+
+def _summary(result: PlaybookResult) -> dict[str, Any]:
+    data = result.as_dict()
+    data["diff"] = data["diff"][:20000]
+    return data
+
+
+def _safe(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key)[:120]
+
+
+def default_config_state() -> Path:
+    return state_dir()
+
+
+def dumps(proposal: Proposal) -> str:
+    return json.dumps(proposal.as_dict(), indent=2, default=str)

@@ -1,0 +1,189 @@
+"""The audit trail: an append-only, hash-chained JSON-lines file.
+
+Every proposal, decision and execution result is one line::
+
+    {"seq": 7, "time": "2026-12-02T13:40:00.123456+00:00", "event": "approved",
+     "proposal": "p3f9c0a1d", "actor": "alice", "data": {...}, "prev": "<hash of line 6>",
+     "hash": "<sha256 of this entry without its hash>"}
+
+Editing, removing or reordering any line breaks the chain at that line, which `verify` names.
+Cutting lines off the *end* leaves a valid shorter chain; to catch that, the approval store keeps
+the last (seq, hash) it saw as an anchor and `verify(path, anchor=...)` checks the file still
+reaches it. Appends hold an exclusive `flock` (two processes never interleave or fork the chain),
+write one line with one `write`, and fsync before returning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import RunbookError
+
+GENESIS = "0" * 64
+
+
+class AuditError(RunbookError):
+    exit_code = 1
+
+
+def _digest(entry: Mapping[str, Any]) -> str:
+    body = {k: v for k, v in entry.items() if k != "hash"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _last_line(handle: Any) -> bytes | None:
+    """The last complete line of an open binary file, read backwards from the end."""
+    end = handle.seek(0, os.SEEK_END)
+    if end == 0:
+        return None
+    block, data, pos = 4096, b"", end
+    while pos > 0:
+        step = min(block, pos)
+        pos -= step
+        handle.seek(pos)
+        data = handle.read(step) + data
+        lines = data.rstrip(b"\n").split(b"\n")
+        if len(lines) > 1 or pos == 0:
+            last: bytes = lines[-1]
+            return last
+    return None
+
+
+@dataclass(frozen=True)
+class Anchor:
+    seq: int
+    hash: str
+
+
+class AuditLog:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def append(
+        self,
+        event: str,
+        *,
+        proposal: str | None = None,
+        actor: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Append one entry and return it (with its seq and hash)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "r+b", buffering=0) as handle:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+            try:
+                last = _last_line(handle)
+                if last is None:
+                    seq, prev = 1, GENESIS
+                else:
+                    try:
+                        previous = json.loads(last)
+                        seq, prev = int(previous["seq"]) + 1, str(previous["hash"])
+                    except (ValueError, KeyError, TypeError) as exc:
+                        raise AuditError(
+                            f"{self.path}: the last entry is unreadable ({exc}); "
+                            "run `runbook audit verify` before appending"
+                        ) from exc
+                entry: dict[str, Any] = {
+                    "seq": seq,
+                    "time": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "event": event,
+                    "proposal": proposal,
+                    "actor": actor,
+                    "data": dict(data or {}),
+                    "prev": prev,
+                }
+                entry["hash"] = _digest(entry)
+                line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
+                handle.write(line.encode())
+                os.fsync(handle.fileno())
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+        return entry
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open(encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    yield json.loads(line)
+
+
+@dataclass(frozen=True)
+class Verification:
+    ok: bool
+    entries: int
+    problems: tuple[str, ...]
+    head: Anchor | None
+
+
+def verify(path: Path, *, anchor: Anchor | None = None) -> Verification:
+    """Recompute the chain; every problem is `line N: what is wrong`."""
+    problems: list[str] = []
+    prev, expected_seq, count = GENESIS, 1, 0
+    head: Anchor | None = None
+    if not path.exists():
+        if anchor is not None:
+            problems.append(f"{path} is missing but the store has seen {anchor.seq} entries")
+        return Verification(not problems, 0, tuple(problems), None)
+    with path.open("rb") as handle:
+        raw = handle.read()
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        problems.append(f"line {len(lines)}: incomplete (no newline: a write cut short)")
+    for number, line in enumerate(lines, 1):
+        try:
+            entry = json.loads(line)
+            if not isinstance(entry, dict):
+                raise ValueError("not an object")
+        except ValueError as exc:
+            problems.append(f"line {number}: not a JSON object ({exc})")
+            break
+        count += 1
+        if entry.get("prev") != prev:
+            problems.append(
+                f"line {number}: its prev hash does not match line {number - 1} "
+                "(an entry was removed, inserted or reordered)"
+            )
+        if entry.get("hash") != _digest(entry):
+            problems.append(f"line {number}: content does not match its hash (entry edited)")
+        if entry.get("seq") != expected_seq:
+            problems.append(f"line {number}: seq {entry.get('seq')} where {expected_seq} belongs")
+        prev = str(entry.get("hash"))
+        seq = entry.get("seq")
+        expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1
+        head = Anchor(seq if isinstance(seq, int) else 0, prev)
+    if anchor is not None and not problems:
+        if head is None or head.seq < anchor.seq:
+            problems.append(
+                f"the log ends at entry {head.seq if head else 0} but the store recorded "
+                f"entry {anchor.seq}: entries were cut off the end"
+            )
+        elif head.seq >= anchor.seq:
+            at = [e for e in _parse_all(lines) if e.get("seq") == anchor.seq]
+            if not at or at[0].get("hash") != anchor.hash:
+                problems.append(f"entry {anchor.seq} differs from the one the store recorded")
+    return Verification(not problems, count, tuple(problems), head)
+
+
+def _parse_all(lines: list[bytes]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            break
+    return out

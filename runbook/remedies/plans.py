@@ -1,0 +1,360 @@
+"""From a verdict's proposal to the exact Ansible run that would carry it out.
+
+A *plan* is what the approver approves: the playbook, the inventory it runs on and every
+variable, fixed when the proposal is queued and stored with it. Sizes are computed here from the
+proposal's measured params (never a copied constant); a plan that cannot be made (no workload
+manifest, a limit the guard refuses, a replayed bundle with no live node) is stored as the
+reason instead, and such a proposal cannot be approved.
+
+Kinds without a playbook (`reduce-loader-memory`, `collect-more`) are advice: shown, not queued.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import RunbookError, UsageError
+
+ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
+#: kinds whose playbook runs on the node itself (the others run on the controller)
+NODE_KINDS = ("nccl-ib-disable-ab",)
+
+
+class PlanError(RunbookError):
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Target:
+    """How the run reached the node, kept so a proposal can re-check it and Ansible reach it."""
+
+    url: str
+    identities: tuple[str, ...] = ()
+    known_hosts: str | None = None
+    jump: str | None = None
+    connect_timeout: float = 10.0
+    nsenter: int | None = None
+    kubectl: str = "kubectl"
+    kube_context: str | None = None
+
+    @property
+    def scheme(self) -> str:
+        return self.url.split("://", 1)[0] if "://" in self.url else self.url
+
+    @property
+    def live(self) -> bool:
+        return self.scheme != "replay"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "identities": list(self.identities),
+            "known_hosts": self.known_hosts,
+            "jump": self.jump,
+            "connect_timeout": self.connect_timeout,
+            "nsenter": self.nsenter,
+            "kubectl": self.kubectl,
+            "kube_context": self.kube_context,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Target:
+        return cls(
+            url=str(data["url"]),
+            identities=tuple(data.get("identities") or ()),
+            known_hosts=data.get("known_hosts"),
+            jump=data.get("jump"),
+            connect_timeout=float(data.get("connect_timeout") or 10.0),
+            nsenter=data.get("nsenter"),
+            kubectl=str(data.get("kubectl") or "kubectl"),
+            kube_context=data.get("kube_context"),
+        )
+
+
+@dataclass(frozen=True)
+class Plan:
+    playbook: str
+    inventory: dict[str, Any]
+    extravars: dict[str, Any]
+    describe: tuple[str, ...] = ()
+    limit: str | None = None
+    #: node-drain: the guard is evaluated again, live, just before the check run
+    guard: dict[str, Any] = field(default_factory=dict)
+    #: files the plan was computed from, with their sha256: changed since → the plan is stale
+    sources: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "playbook": self.playbook,
+            "inventory": self.inventory,
+            "extravars": self.extravars,
+            "describe": list(self.describe),
+            "limit": self.limit,
+            "guard": self.guard,
+            "sources": self.sources,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Plan:
+        return cls(
+            playbook=str(data["playbook"]),
+            inventory=dict(data.get("inventory") or {}),
+            extravars=dict(data.get("extravars") or {}),
+            describe=tuple(data.get("describe") or ()),
+            limit=data.get("limit"),
+            guard=dict(data.get("guard") or {}),
+            sources=dict(data.get("sources") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    node: str
+    target: Target | None
+    variables: Mapping[str, Any]
+    work_dir: Path  # this proposal's directory (outputs, Ansible artifacts)
+    root_cause: str | None = None
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    drain_max_cordoned: int = 1
+    drain_max_fraction: float = 0.1
+    drain_pool_selector: str = "nvidia.com/gpu.present=true"
+
+
+def _localhost() -> dict[str, Any]:
+    return {
+        "all": {
+            "hosts": {
+                "localhost": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                }
+            }
+        }
+    }
+
+
+def node_inventory(name: str, target: Target) -> dict[str, Any]:
+    """The one-host inventory for the node the run was on, verifying its host key as the run
+    did (the same known_hosts, never accepting an unknown key) and without agent forwarding."""
+    scheme = target.scheme
+    host: dict[str, Any]
+    if scheme == "local":
+        host = {"ansible_connection": "local"}
+    elif scheme == "ssh":
+        from runbook.transports.ssh import SSHAddress
+
+        address = SSHAddress.parse(target.url.split("://", 1)[1])
+        args = ["-o", "StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"]
+        if target.known_hosts:
+            args += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
+        if target.jump:
+            args += ["-J", target.jump]
+        host = {
+            "ansible_host": address.host,
+            "ansible_port": address.port,
+            "ansible_user": address.user or "root",
+            "ansible_ssh_common_args": shlex.join(args),
+            "ansible_ssh_timeout": int(target.connect_timeout),
+        }
+        if target.identities:
+            host["ansible_ssh_private_key_file"] = target.identities[0]
+    elif scheme == "kubectl":
+        from runbook.transports.nsenter import parse_kubectl_target
+
+        namespace, pod = parse_kubectl_target(target.url.split("://", 1)[1])
+        host = {
+            "ansible_connection": "kubernetes.core.kubectl",
+            "ansible_kubectl_namespace": namespace,
+            "ansible_kubectl_pod": pod,
+        }
+        if target.kube_context:
+            host["ansible_kubectl_context"] = target.kube_context
+    else:
+        raise PlanError(f"no live node to run on ({target.url}): re-run against the node itself")
+    host.setdefault("ansible_python_interpreter", "/usr/bin/python3")
+    return {"all": {"hosts": {name: host}}}
+
+
+def _number(params: Mapping[str, Any], key: str, what: str) -> float:
+    value = params.get(key)
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise PlanError(f"{what} was not measured ({key}={value!r})") from None
+    if number <= 0:
+        raise PlanError(f"{what} was not measured ({key}={value!r})")
+    return number
+
+
+def _manifest(ctx: PlanContext) -> tuple[Path, dict[str, Any]]:
+    ref = ctx.variables.get("manifest")
+    if not ref:
+        raise PlanError(
+            "needs the workload's manifest to patch: re-run with --var manifest=PATH "
+            "(a Job, Deployment, StatefulSet, PyTorchJob or TFJob file in its Git checkout)"
+        )
+    path = Path(str(ref)).expanduser().resolve()
+    from runbook.remedies import workload
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(f"manifest {path}: {exc.strerror or exc}") from exc
+    return path, workload.select_document(
+        text,
+        kind=ctx.variables.get("workload_kind") or None,
+        name=ctx.variables.get("workload_name") or None,
+    )
+
+
+def file_digest(path: Path) -> str:
+    import hashlib
+
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def _sources(ctx: PlanContext, path: Path) -> dict[str, str]:
+    dest = Path(str(ctx.variables.get("manifest_dest") or path)).expanduser().resolve()
+    return {str(p): file_digest(p) for p in {path, dest}}
+
+
+def _workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
+    apply = str(ctx.variables.get("apply") or "file")
+    if apply not in ("none", "file", "cluster"):
+        raise UsageError(f"--var apply={apply!r}: expected none, file or cluster")
+    if apply == "cluster" and patch.target.kind == "Job":
+        raise PlanError(
+            "a Job's pod template is immutable in the cluster: patch its manifest "
+            "(--var apply=file) and re-create the Job"
+        )
+    from runbook.remedies.kubectl import render_patch
+    from runbook.remedies.manifest_edit import minimal_edit
+
+    original = path.read_text(encoding="utf-8")
+    # the real kubectl decides what the patch does; the file keeps its own layout
+    content = minimal_edit(original, render_patch(path, patch))
+    extravars: dict[str, Any] = {
+        "workload_patch_manifest": str(path),
+        "workload_patch_content": content,
+        "workload_patch_patch": json.dumps(patch.body, separators=(",", ":")),
+        "workload_patch_type": patch.type,
+        "workload_patch_kustomize": patch.kustomize,
+        "workload_patch_output_dir": str(ctx.work_dir / "patch"),
+        "workload_patch_apply": apply,
+        "workload_patch_dest": str(ctx.variables.get("manifest_dest") or path),
+    }
+    if str(ctx.variables.get("git_commit") or "").lower() in ("1", "true", "yes"):
+        extravars["workload_patch_git_commit"] = True
+        extravars["workload_patch_commit_message"] = (
+            f"runbook: {patch.summary[0] if patch.summary else 'patch workload'}"
+        )
+    if apply == "cluster":
+        if ctx.kubeconfig:
+            extravars["workload_patch_kubeconfig"] = ctx.kubeconfig
+        if ctx.kube_context:
+            extravars["workload_patch_context"] = ctx.kube_context
+    return extravars
+
+
+def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
+    """The plan for one of a verdict's proposals; PlanError says why there can be none."""
+    kind = str(proposal.get("kind"))
+    params: Mapping[str, Any] = proposal.get("params") or {}
+    if kind in ADVICE_KINDS:
+        raise PlanError(f"{kind} is advice, nothing to run")
+    if kind == "nccl-ib-disable-ab":
+        if ctx.target is None:
+            raise PlanError("no target to run the A/B test on")
+        gpus = int(_number(params, "gpus", "the GPU count"))
+        out = ctx.work_dir / "ab"
+        return Plan(
+            playbook="nccl-ib-disable-ab.yml",
+            inventory=node_inventory(ctx.node, ctx.target),
+            extravars={"nccl_ab_gpus": gpus, "nccl_ab_output_dir": str(out)},
+            describe=(
+                f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
+                "NCCL_IB_DISABLE unset and =1 (NCCL_DEBUG=INFO); nothing is left set",
+                f"outputs under {out}",
+            ),
+        )
+    if kind == "shm-size-limit":
+        from runbook.remedies import workload
+
+        measured = _number(params, "measured_bytes", "the /dev/shm use")
+        headroom = _number(params, "headroom", "the headroom")
+        size = workload.size_from_measured(int(measured), headroom)
+        path, manifest = _manifest(ctx)
+        patch = workload.shm_size_patch(manifest, size)
+        return Plan(
+            playbook="shm-size-limit.yml",
+            inventory=_localhost(),
+            extravars=_workload_vars(ctx, path, patch),
+            sources=_sources(ctx, path),
+            describe=(*patch.summary, f"size = measured {int(measured)} B × {headroom}"),
+        )
+    if kind == "memory-limit":
+        from runbook.remedies import estimate, workload
+
+        result = estimate.from_params(dict(params))
+        if result.refused:
+            raise PlanError(result.refused)
+        path, manifest = _manifest(ctx)
+        patch = workload.memory_patch(
+            manifest, request_bytes=result.request_bytes, limit_bytes=result.limit_bytes
+        )
+        return Plan(
+            playbook="memory-limit.yml",
+            inventory=_localhost(),
+            extravars=_workload_vars(ctx, path, patch),
+            sources=_sources(ctx, path),
+            describe=(*patch.summary, *result.describe()),
+        )
+    if kind == "node-drain":
+        from runbook.remedies import guards
+
+        if not guards.drain_allowed_for(str(ctx.root_cause)):
+            raise PlanError(
+                f"a drain is only proposed on gpu-hardware or pcie-error evidence, "
+                f"not on {ctx.root_cause}"
+            )
+        node = str(params.get("node") or "")
+        if not node:
+            raise PlanError("the Kubernetes node name is unknown (no node in pod.json)")
+        extravars: dict[str, Any] = {
+            "node_drain_node": node,
+            "node_drain_pool_selector": ctx.drain_pool_selector,
+            "node_drain_max_cordoned": ctx.drain_max_cordoned,
+            "node_drain_max_fraction": ctx.drain_max_fraction,
+        }
+        if ctx.kubeconfig:
+            extravars["node_drain_kubeconfig"] = ctx.kubeconfig
+        if ctx.kube_context:
+            extravars["node_drain_context"] = ctx.kube_context
+        return Plan(
+            playbook="node-drain.yml",
+            inventory=_localhost(),
+            extravars=extravars,
+            describe=(
+                f"cordon {node} and evict its pods (PodDisruptionBudgets respected, "
+                "DaemonSets left)",
+                f"refused if the pool ({ctx.drain_pool_selector}) already has "
+                f"{ctx.drain_max_cordoned} cordoned or the drain takes it past "
+                f"{ctx.drain_max_fraction:.0%}",
+            ),
+            guard={
+                "node": node,
+                "pool_selector": ctx.drain_pool_selector,
+                "max_cordoned": ctx.drain_max_cordoned,
+                "max_fraction": ctx.drain_max_fraction,
+            },
+        )
+    raise PlanError(f"no playbook for proposals of kind {kind!r}")

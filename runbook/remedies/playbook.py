@@ -1,0 +1,241 @@
+"""Running a remedy's playbook through ansible-runner: check mode with diff, then the real run.
+
+Each run gets its own private data dir (ansible-runner's layout: `env/`, `inventory/`,
+`artifacts/<ident>/` with the job's stdout and every event as JSON) under the proposal's
+directory, so what Ansible did is kept next to the decision. Events are handed to a callback as
+they come (the terminal shows them live) and reduced to a `PlaybookResult`: status, rc, per-host
+stats, the tasks that changed or failed, and the diffs Ansible reported (for a check run: exactly
+what the real run would change).
+
+Host keys are checked (ANSIBLE_HOST_KEY_CHECKING=True, and the inventory names the known_hosts
+file); no agent forwarding; the extravars hold paths and sizes, never credentials.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import RunbookError
+
+
+class PlaybookError(RunbookError):
+    exit_code = 1
+
+
+def content_dir() -> Path:
+    """Where `playbooks/` and `roles/` are: `$RUNBOOK_ANSIBLE_DIR`, the source checkout, or the
+    installed copy under `<prefix>/share/nccl-runbook`."""
+    env = os.environ.get("RUNBOOK_ANSIBLE_DIR")
+    candidates = [Path(env)] if env else []
+    candidates += [
+        Path(__file__).resolve().parents[2],
+        Path(sys.prefix) / "share" / "nccl-runbook",
+    ]
+    for candidate in candidates:
+        if (candidate / "playbooks").is_dir() and (candidate / "roles").is_dir():
+            return candidate
+    raise PlaybookError(
+        "the remedy playbooks are not installed (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + "); set RUNBOOK_ANSIBLE_DIR to a checkout of nccl-runbook"
+    )
+
+
+@dataclass
+class TaskOutcome:
+    host: str
+    task: str
+    status: str  # ok | changed | failed | skipped | unreachable
+    message: str = ""
+    diff: str = ""
+
+
+@dataclass
+class PlaybookResult:
+    playbook: str
+    check: bool
+    status: str  # successful | failed | timeout | canceled
+    rc: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    tasks: list[TaskOutcome] = field(default_factory=list)
+    artifact_dir: str = ""
+    stdout: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "successful" and self.rc == 0
+
+    @property
+    def changed(self) -> list[TaskOutcome]:
+        return [t for t in self.tasks if t.status == "changed"]
+
+    @property
+    def failed(self) -> list[TaskOutcome]:
+        return [t for t in self.tasks if t.status in ("failed", "unreachable")]
+
+    def diff_text(self) -> str:
+        return "\n".join(t.diff for t in self.tasks if t.diff)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "playbook": self.playbook,
+            "check": self.check,
+            "status": self.status,
+            "rc": self.rc,
+            "stats": self.stats,
+            "changed": [f"{t.host}: {t.task}" for t in self.changed],
+            "failed": [f"{t.host}: {t.task}: {t.message}" for t in self.failed],
+            "diff": self.diff_text(),
+            "artifact_dir": self.artifact_dir,
+        }
+
+
+def render_diff(diff: Any) -> str:
+    """Ansible's `diff` result (a dict or a list of dicts with before/after or prepared) as
+    unified-diff text."""
+    items = diff if isinstance(diff, list) else [diff]
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            continue
+        if item.get("prepared"):
+            out.append(str(item["prepared"]).rstrip("\n"))
+            continue
+        before, after = item.get("before"), item.get("after")
+        if before is None and after is None:
+            continue
+        if not isinstance(before, str) or not isinstance(after, str):
+            import json
+
+            before = json.dumps(before, indent=2, sort_keys=True, default=str) + "\n"
+            after = json.dumps(after, indent=2, sort_keys=True, default=str) + "\n"
+        if before == after:
+            continue
+        lines = difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            fromfile=str(item.get("before_header") or "before"),
+            tofile=str(item.get("after_header") or "after"),
+        )
+        out.append("".join(lines).rstrip("\n"))
+    return "\n".join(out)
+
+
+_STATUS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "failed",
+    "runner_on_skipped": "skipped",
+    "runner_on_unreachable": "unreachable",
+    "runner_item_on_failed": "failed",
+}
+
+
+def _outcome(event: Mapping[str, Any]) -> TaskOutcome | None:
+    kind = event.get("event")
+    if kind not in _STATUS:
+        return None
+    data = event.get("event_data") or {}
+    res = data.get("res") or {}
+    status = _STATUS[str(kind)]
+    if status == "ok" and res.get("changed"):
+        status = "changed"
+    if status == "failed" and data.get("ignore_errors"):
+        status = "ok"
+    message = str(res.get("msg") or res.get("stderr") or "").strip()
+    diff = render_diff(res.get("diff")) if res.get("diff") else ""
+    return TaskOutcome(
+        host=str(data.get("host") or ""),
+        task=str(data.get("task") or ""),
+        status=status,
+        message=" ".join(message.split())[:500],
+        diff=diff,
+    )
+
+
+def run_playbook(
+    playbook: str,
+    *,
+    inventory: Mapping[str, Any],
+    extravars: Mapping[str, Any],
+    private_dir: Path,
+    check: bool,
+    on_task: Callable[[TaskOutcome], None] | None = None,
+    timeout: float = 3600.0,
+    limit: str | None = None,
+) -> PlaybookResult:
+    """Run `playbooks/<playbook>` once (check mode with `check`), always with --diff."""
+    import ansible_runner  # slow to import: only when a remedy really runs
+
+    content = content_dir()
+    path = content / "playbooks" / playbook
+    if not path.is_file():
+        raise PlaybookError(f"no playbook {playbook!r} in {content / 'playbooks'}")
+    private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # ssh control sockets need a short path (108 bytes); the private dir can be deep
+    control = tempfile.mkdtemp(prefix="rbcp")
+    bindir = str(Path(sys.executable).parent)
+    envvars = {
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+        "ANSIBLE_ROLES_PATH": str(content / "roles"),
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": control,
+        "ANSIBLE_PIPELINING": "True",
+    }
+    for name in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP"):
+        if os.environ.get(name):
+            envvars[name] = os.environ[name]
+    outcomes: list[TaskOutcome] = []
+
+    def handler(event: dict[str, Any]) -> bool:
+        outcome = _outcome(event)
+        if outcome is not None:
+            outcomes.append(outcome)
+            if on_task is not None:
+                on_task(outcome)
+        return True
+
+    cmdline = "--diff --check" if check else "--diff"
+    try:
+        runner = ansible_runner.run(
+            private_data_dir=str(private_dir),
+            project_dir=str(content / "playbooks"),
+            playbook=playbook,
+            inventory=dict(inventory),
+            extravars=dict(extravars),
+            cmdline=cmdline,
+            envvars=envvars,
+            limit=limit,
+            event_handler=handler,
+            quiet=True,
+            timeout=int(timeout),
+            ident="check" if check else "apply",
+        )
+    except Exception as exc:  # ansible-runner raises bare exceptions for setup problems
+        raise PlaybookError(f"ansible-runner could not start {playbook}: {exc}") from exc
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
+    artifacts = private_dir / "artifacts" / ("check" if check else "apply")
+    try:
+        stdout = (artifacts / "stdout").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        stdout = ""
+    return PlaybookResult(
+        playbook=playbook,
+        check=check,
+        status=str(runner.status),
+        rc=int(runner.rc if runner.rc is not None else -1),
+        stats=dict(runner.stats or {}),
+        tasks=outcomes,
+        artifact_dir=str(artifacts),
+        stdout=stdout,
+    )

@@ -1,0 +1,376 @@
+"""The approval queue: proposals waiting for a human, in SQLite.
+
+One row per queued proposal. Its life::
+
+    pending ──approve──▶ running ──▶ succeeded | failed
+       │ └────deny────▶ denied
+       └──(TTL passed / evidence gone at approval)──▶ refused
+
+`claim` moves pending → running inside one `BEGIN IMMEDIATE` transaction with
+`UPDATE … WHERE state = 'pending'`: of two people approving at the same moment exactly one
+gets the row, the other is told who did. A running or finished proposal is never claimed
+again, so a proposal executes exactly once and a failure is never retried blindly (re-run the
+runbook to queue a fresh proposal).
+
+The database and its directory are created owner-only (0600/0700); WAL mode lets `list` read
+while an execution writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import RunbookError
+from runbook.remedies.audit import Anchor
+
+STATES = ("pending", "running", "succeeded", "failed", "denied", "refused")
+FINAL = ("succeeded", "failed", "denied", "refused")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS proposals (
+    id          TEXT PRIMARY KEY,
+    key         TEXT NOT NULL,          -- node + the verdict's proposal id: one pending per key
+    kind        TEXT NOT NULL,
+    remedy      TEXT NOT NULL,
+    summary     TEXT NOT NULL,
+    node        TEXT,
+    root_cause  TEXT,
+    playbook    TEXT,
+    params      TEXT NOT NULL,          -- JSON: the proposal's params as rendered from facts
+    plan        TEXT,                   -- JSON: playbook, inventory and extravars to run
+    target      TEXT,                   -- JSON: how to reach the node again (re-check)
+    runbook     TEXT,
+    vars        TEXT,                   -- JSON: the runbook variables of the run
+    evidence    TEXT NOT NULL,          -- JSON: the chain and first anomaly it rests on
+    run_dir     TEXT,
+    source      TEXT NOT NULL,          -- run | sweep
+    state       TEXT NOT NULL CHECK (state IN
+                  ('pending','running','succeeded','failed','denied','refused')),
+    created_at  REAL NOT NULL,
+    expires_at  REAL NOT NULL,
+    decided_by  TEXT,
+    decided_at  REAL,
+    reason      TEXT,
+    result      TEXT,                   -- JSON: the execution's outcome
+    verification TEXT,                  -- JSON: the recovery check's outcome
+    updated_at  REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS proposals_state ON proposals(state);
+CREATE UNIQUE INDEX IF NOT EXISTS proposals_one_pending ON proposals(key) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS audit_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    seq  INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+"""
+
+
+class StoreError(RunbookError):
+    exit_code = 2
+
+
+class NotFound(StoreError):
+    pass
+
+
+class Conflict(StoreError):
+    """The proposal is not pending any more (someone else decided, or it ran)."""
+
+    exit_code = 1
+
+
+@dataclass
+class Proposal:
+    id: str
+    key: str
+    kind: str
+    remedy: str
+    summary: str
+    state: str
+    created_at: float
+    expires_at: float
+    params: dict[str, Any]
+    evidence: dict[str, Any]
+    source: str
+    node: str | None = None
+    root_cause: str | None = None
+    playbook: str | None = None
+    plan: dict[str, Any] | None = None
+    target: dict[str, Any] | None = None
+    runbook: str | None = None
+    vars: dict[str, Any] = field(default_factory=dict)
+    run_dir: str | None = None
+    decided_by: str | None = None
+    decided_at: float | None = None
+    reason: str | None = None
+    result: dict[str, Any] | None = None
+    verification: dict[str, Any] | None = None
+    updated_at: float = 0.0
+
+    @property
+    def expired(self) -> bool:
+        return time.time() > self.expires_at
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+_JSON = ("params", "plan", "target", "vars", "evidence", "result", "verification")
+
+
+def _row(row: sqlite3.Row) -> Proposal:
+    data = dict(row)
+    for name in _JSON:
+        data[name] = json.loads(data[name]) if data[name] is not None else None
+    data["vars"] = data["vars"] or {}
+    return Proposal(**data)
+
+
+class Store:
+    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not path.exists():
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA foreign_keys=ON")
+            with self._tx():
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        self._db.execute(statement)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"approval store {path}: {exc}") from exc
+        except OSError as exc:
+            raise StoreError(f"approval store {path}: {exc.strerror or exc}") from exc
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken at once (`BEGIN IMMEDIATE`) so two writers serialise
+        instead of deadlocking on a read lock upgraded later."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"approval store {self.path}: {exc}") from exc
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.DatabaseError as exc:
+                self._db.execute("ROLLBACK")
+                raise StoreError(f"approval store {self.path}: {exc}") from exc
+
+    # ----------------------------------------------------------------------------- writing
+    def enqueue(
+        self,
+        *,
+        key: str,
+        kind: str,
+        remedy: str,
+        summary: str,
+        params: Mapping[str, Any],
+        evidence: Mapping[str, Any],
+        source: str,
+        ttl: float,
+        node: str | None = None,
+        root_cause: str | None = None,
+        playbook: str | None = None,
+        plan: Mapping[str, Any] | None = None,
+        target: Mapping[str, Any] | None = None,
+        runbook: str | None = None,
+        variables: Mapping[str, Any] | None = None,
+        run_dir: str | None = None,
+    ) -> tuple[Proposal, bool]:
+        """Queue a proposal; `(proposal, True)` when new. The same proposal for the same node
+        already pending is refreshed (new evidence, run and TTL), not queued twice."""
+        now = time.time()
+        encoded = {
+            "params": json.dumps(dict(params), default=str),
+            "plan": json.dumps(dict(plan), default=str) if plan is not None else None,
+            "target": json.dumps(dict(target), default=str) if target is not None else None,
+            "vars": json.dumps(dict(variables or {}), default=str),
+            "evidence": json.dumps(dict(evidence), default=str),
+        }
+        with self._tx() as db:
+            row = db.execute(
+                "SELECT id FROM proposals WHERE key = ? AND state = 'pending'", (key,)
+            ).fetchone()
+            if row:
+                db.execute(
+                    "UPDATE proposals SET summary=?, params=?, plan=?, target=?, vars=?, "
+                    "evidence=?, run_dir=?, expires_at=?, updated_at=?, root_cause=? "
+                    "WHERE id=?",
+                    (
+                        summary,
+                        encoded["params"],
+                        encoded["plan"],
+                        encoded["target"],
+                        encoded["vars"],
+                        encoded["evidence"],
+                        run_dir,
+                        now + ttl,
+                        now,
+                        root_cause,
+                        row["id"],
+                    ),
+                )
+                pid, new = row["id"], False
+            else:
+                pid, new = "p" + secrets.token_hex(4), True
+                db.execute(
+                    "INSERT INTO proposals (id, key, kind, remedy, summary, node, root_cause, "
+                    "playbook, params, plan, target, runbook, vars, evidence, run_dir, source, "
+                    "state, created_at, expires_at, updated_at) VALUES "
+                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'pending',?,?,?)",
+                    (
+                        pid,
+                        key,
+                        kind,
+                        remedy,
+                        summary,
+                        node,
+                        root_cause,
+                        playbook,
+                        encoded["params"],
+                        encoded["plan"],
+                        encoded["target"],
+                        runbook,
+                        encoded["vars"],
+                        encoded["evidence"],
+                        run_dir,
+                        source,
+                        now,
+                        now + ttl,
+                        now,
+                    ),
+                )
+        return self.get(pid), new
+
+    def claim(self, pid: str, *, actor: str) -> Proposal:
+        """pending → running for `actor`, atomically; Conflict for everyone else."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=? "
+                "WHERE id=? AND state='pending'",
+                (actor, now, now, pid),
+            )
+            won = cur.rowcount == 1
+        proposal = self.get(pid)
+        if not won:
+            raise Conflict(self._not_pending(proposal))
+        return proposal
+
+    def decide(
+        self, pid: str, state: str, *, actor: str | None, reason: str | None = None
+    ) -> Proposal:
+        """pending → denied | refused."""
+        if state not in ("denied", "refused"):
+            raise ValueError(state)
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE proposals SET state=?, decided_by=?, decided_at=?, reason=?, updated_at=? "
+                "WHERE id=? AND state='pending'",
+                (state, actor, now, reason, now, pid),
+            )
+            won = cur.rowcount == 1
+        proposal = self.get(pid)
+        if not won:
+            raise Conflict(self._not_pending(proposal))
+        return proposal
+
+    def finish(self, pid: str, *, ok: bool, result: Mapping[str, Any]) -> Proposal:
+        """running → succeeded | failed, with the execution's outcome."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE proposals SET state=?, result=?, updated_at=? "
+                "WHERE id=? AND state='running'",
+                ("succeeded" if ok else "failed", json.dumps(dict(result), default=str), now, pid),
+            )
+            if cur.rowcount != 1:
+                raise Conflict(f"proposal {pid} is not running")
+        return self.get(pid)
+
+    def set_verification(self, pid: str, verification: Mapping[str, Any]) -> Proposal:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE proposals SET verification=?, updated_at=? WHERE id=?",
+                (json.dumps(dict(verification), default=str), time.time(), pid),
+            )
+        return self.get(pid)
+
+    def record_audit_head(self, seq: int, digest: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, hash=excluded.hash "
+                "WHERE excluded.seq > audit_head.seq",
+                (seq, digest),
+            )
+
+    # ----------------------------------------------------------------------------- reading
+    def audit_head(self) -> Anchor | None:
+        row = self._db.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        return Anchor(int(row["seq"]), str(row["hash"])) if row else None
+
+    def get(self, pid: str) -> Proposal:
+        row = self._db.execute("SELECT * FROM proposals WHERE id = ?", (pid,)).fetchone()
+        if row is None:
+            raise NotFound(f"no proposal {pid!r} in {self.path} (see `runbook approvals list`)")
+        return _row(row)
+
+    def list(self, *, states: tuple[str, ...] | None = None) -> list[Proposal]:
+        if states:
+            marks = ",".join("?" * len(states))
+            rows = self._db.execute(
+                f"SELECT * FROM proposals WHERE state IN ({marks}) ORDER BY created_at",  # noqa: S608
+                states,
+            ).fetchall()
+        else:
+            rows = self._db.execute("SELECT * FROM proposals ORDER BY created_at").fetchall()
+        return [_row(r) for r in rows]
+
+    def integrity_check(self) -> str:
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    @staticmethod
+    def _not_pending(p: Proposal) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.decided_at or p.updated_at))
+        if p.state == "running":
+            return (
+                f"proposal {p.id} is already being executed (approved by {p.decided_by} at {when})"
+            )
+        if p.state in ("succeeded", "failed"):
+            return (
+                f"proposal {p.id} already ran ({p.state}; approved by {p.decided_by} at "
+                f"{when}); it is never run twice: re-run the runbook for a fresh proposal"
+            )
+        reason = f": {p.reason}" if p.reason else ""
+        return f"proposal {p.id} was {p.state} by {p.decided_by or 'the tool'} at {when}{reason}"

@@ -1,0 +1,209 @@
+"""The approval queue end to end, through the real CLI: a replayed shm-exhausted incident queues
+a shm-size-limit proposal against a workload manifest in a real Git checkout; approving runs
+the real playbook through ansible-runner (check mode, then the real run) and patches the
+manifest with the real `kubectl patch --local`; the audit trail is verified by the CLI.
+
+No Kubernetes API is involved (file mode: the patched manifest goes to the Git checkout).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.integration.conftest import cli_env
+
+pytestmark = pytest.mark.ansible
+
+BUNDLE = Path(__file__).parents[1] / "bundles" / "shm-exhausted"
+
+JOB = """\
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: train-llm
+  namespace: ml
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: trainer
+          image: registry.example.com/train:1.4
+          resources:
+            limits:
+              memory: 640Gi
+              nvidia.com/gpu: "8"
+          volumeMounts:
+            - name: dshm
+              mountPath: /dev/shm
+      volumes:
+        - name: dshm
+          emptyDir:
+            medium: Memory
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    repo = tmp_path / "deploy"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    git(repo, "config", "user.email", "sre@example.com")
+    git(repo, "config", "user.name", "SRE")
+    (repo / "job.yaml").write_text(JOB)
+    git(repo, "add", "job.yaml")
+    git(repo, "commit", "-qm", "train-llm job")
+    return repo
+
+
+def queue(cli, checkout: Path, *extra: str) -> str:  # type: ignore[no-untyped-def]
+    """Run the runbook non-interactively; the one queued shm-size-limit proposal's id."""
+    result = cli("run", "nccl-init-failure", "--target", f"replay://{BUNDLE}", "--no-input",
+                 "--var", f"manifest={checkout / 'job.yaml'}", *extra, timeout=120)
+    assert result.rc == 0, result.stderr
+    listed = cli("approvals", "list", "--format", "json")
+    assert listed.rc == 0, listed.stderr
+    items = [p for p in json.loads(listed.stdout) if p["kind"] == "shm-size-limit"]
+    assert len(items) == 1, listed.stdout
+    assert items[0]["state"] == "pending"
+    return str(items[0]["id"])
+
+
+def audit_events(cli, pid: str) -> list[str]:  # type: ignore[no-untyped-def]
+    shown = cli("audit", "show", "--proposal", pid, "--format", "json")
+    assert shown.rc == 0, shown.stderr
+    return [json.loads(line)["event"] for line in shown.stdout.splitlines()]
+
+
+def size_limit(path: Path) -> str | None:
+    doc = yaml.safe_load(path.read_text())
+    volume = doc["spec"]["template"]["spec"]["volumes"][0]
+    return volume["emptyDir"].get("sizeLimit")
+
+
+def test_no_input_queues_the_proposal_and_changes_nothing(cli, checkout: Path) -> None:
+    pid = queue(cli, checkout)
+    assert (checkout / "job.yaml").read_text() == JOB
+    shown = cli("approvals", "show", pid)
+    assert shown.rc == 0, shown.stderr
+    # the evidence it rests on and the exact playbook and variables
+    assert "posix_fallocate" in shown.stdout
+    assert "playbooks/shm-size-limit.yml" in shown.stdout
+    assert "workload_patch_manifest" in shown.stdout
+    assert audit_events(cli, pid) == ["proposed"]
+
+
+def test_approve_runs_check_then_apply_once_and_the_size_comes_from_the_measurement(
+    cli, checkout: Path
+) -> None:
+    pid = queue(cli, checkout)
+    approved = cli("approvals", "approve", pid, "--as", "alice", timeout=180)
+    assert approved.rc == 0, approved.stdout + approved.stderr
+    # the bundle's /dev/shm held 64 GiB when NCCL failed; headroom 1.25 → 80 GiB, not a constant
+    assert size_limit(checkout / "job.yaml") == "80Gi"
+    assert audit_events(cli, pid) == ["proposed", "approved", "check", "executed"]
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["state"] == "succeeded"
+    assert shown["decided_by"].startswith("alice (os user ")
+    again = cli("approvals", "approve", pid, timeout=60)
+    assert again.rc == 1 and "never run twice" in again.stderr, again.stderr
+    assert audit_events(cli, pid).count("executed") == 1
+    verified = cli("audit", "verify")
+    assert verified.rc == 0 and "chain intact" in verified.stdout, verified.stderr
+
+
+def test_two_people_approving_at_the_same_moment_execute_it_once(
+    cli, checkout: Path, tmp_path: Path
+) -> None:
+    pid = queue(cli, checkout)
+    env = cli_env(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "runbook", "approvals", "approve", pid, "--as", who],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for who in ("alice", "bob")
+    ]
+    outcomes = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=180)
+        outcomes.append((proc.returncode, out, err))
+    rcs = sorted(rc for rc, _, _ in outcomes)
+    assert rcs == [0, 1], outcomes
+    loser = next(err for rc, _, err in outcomes if rc == 1)
+    assert "already being executed" in loser or "never run twice" in loser, loser
+    events = audit_events(cli, pid)
+    assert events.count("approved") == 1 and events.count("executed") == 1, events
+    applies = list((tmp_path / "state" / "remedies").glob("*/ansible-apply-*"))
+    assert len(applies) == 1, applies
+    assert size_limit(checkout / "job.yaml") == "80Gi"
+
+
+def test_deny_records_the_reason_and_changes_nothing(cli, checkout: Path) -> None:
+    pid = queue(cli, checkout)
+    missing = cli("approvals", "deny", pid)
+    assert missing.rc == 2 and "--reason" in missing.stderr
+    denied = cli("approvals", "deny", pid, "--reason", "change freeze until Monday")
+    assert denied.rc == 0, denied.stderr
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert (shown["state"], shown["reason"]) == ("denied", "change freeze until Monday")
+    assert (checkout / "job.yaml").read_text() == JOB
+    late = cli("approvals", "approve", pid)
+    assert late.rc == 1 and "denied" in late.stderr
+    assert audit_events(cli, pid) == ["proposed", "denied"]
+
+
+def test_a_stale_proposal_is_refused_with_the_reason(cli, checkout: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config" / "nccl-runbook" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("approvals:\n  ttl: 1s\n")
+    pid = queue(cli, checkout)
+    time.sleep(1.2)
+    refused = cli("approvals", "approve", pid)
+    assert refused.rc == 1 and "stale" in refused.stderr and "TTL" in refused.stderr
+    assert (checkout / "job.yaml").read_text() == JOB
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["state"] == "refused" and "stale" in shown["reason"]
+
+
+def test_only_configured_approvers_may_approve(cli, checkout: Path, tmp_path: Path) -> None:
+    config = tmp_path / "config" / "nccl-runbook" / "config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text("approvers: [carol]\n")
+    pid = queue(cli, checkout)
+    refused = cli("approvals", "approve", pid, "--as", "mallory")
+    assert refused.rc == 1 and "may not approve" in refused.stderr
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["state"] == "pending"  # someone allowed can still decide
+    assert (checkout / "job.yaml").read_text() == JOB
+    ok = cli("approvals", "approve", pid, "--as", "carol", timeout=180)
+    assert ok.rc == 0, ok.stderr
+
+
+def test_audit_verify_fails_after_an_entry_is_edited(cli, checkout: Path, tmp_path: Path) -> None:
+    pid = queue(cli, checkout)
+    assert cli("approvals", "deny", pid, "--reason", "not needed").rc == 0
+    log = tmp_path / "state" / "audit.jsonl"
+    lines = log.read_text().splitlines()
+    entry = json.loads(lines[-1])
+    assert entry["event"] == "denied"
+    entry["event"] = "approved"
+    lines[-1] = json.dumps(entry)
+    log.write_text("\n".join(lines) + "\n")
+    broken = cli("audit", "verify")
+    assert broken.rc == 1
+    assert f"line {len(lines)}: content does not match its hash" in broken.stderr
