@@ -114,7 +114,18 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
     console.print(table)
 
 
-def show_proposal(console: Console, p: Any) -> None:
+def _value(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    lines = text.splitlines()
+    if len(lines) > 1:
+        import hashlib
+
+        digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+        return f"{lines[0][:100]} … ({len(lines)} lines, sha256 {digest})"
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
     console.print(f"[bold]{p.id}[/]  {p.kind} on {escape(p.node or '?')}  [{p.state}]")
     console.print(f"  {escape(p.summary)}")
     evidence = p.evidence or {}
@@ -131,7 +142,7 @@ def show_proposal(console: Console, p: Any) -> None:
         console.print(f"  first anomaly: {escape(str(where))} {escape(when)}")
         if first.get("text"):
             console.print(f"    {escape(str(first['text'])[:200])}")
-    for link in evidence.get("chain") or []:
+    for link in [] if brief else evidence.get("chain") or []:
         console.print(f"  - {escape(str(link.get('stage')))}: {escape(str(link.get('finding')))}")
     plan = p.plan or {}
     if "playbook" in plan:
@@ -140,9 +151,7 @@ def show_proposal(console: Console, p: Any) -> None:
             console.print(f"    {escape(str(line))}")
         console.print("  variables:")
         for key, value in sorted((plan.get("extravars") or {}).items()):
-            text = value if isinstance(value, str) else json.dumps(value)
-            text = text if len(text) < 160 else text[:157] + "..."
-            console.print(f"    {key} = {escape(text)}")
+            console.print(f"    {key} = {escape(_value(value))}")
     else:
         console.print(f"  [yellow]not executable:[/] {escape(str(plan.get('error')))}")
     console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}")
@@ -326,7 +335,16 @@ def guided_approvals(
     for number, item in enumerate(queued, 1):
         p = item.proposal
         console.print(f"\n[bold]proposal {number}/{len(queued)}[/]")
-        show_proposal(console, p)
+        if p.state == "pending" and interactive and item.plan is not None:
+            # an earlier approval in this walk may have changed the file this plan patches
+            from runbook.errors import RunbookError
+
+            try:
+                p = desk.replan_if_stale(p.id)
+            except RunbookError as exc:
+                console.print(f"  [red]{escape(exc.one_line())}[/]")
+                continue
+        show_proposal(console, p, brief=True)
         if p.state != "pending":
             continue
         if not interactive:
@@ -371,6 +389,7 @@ def guided_approvals(
                 recheck=False,  # the evidence is this run's, seconds old
                 guard_fn=live.drain_guard,
                 on_task=task_printer(console),
+                checked=preview,  # the check run just shown, of this same plan
             )
         except Exception as exc:
             from runbook.errors import RunbookError

@@ -119,19 +119,8 @@ class Desk:
             if proposal.get("kind") in plans.ADVICE_KINDS:
                 continue
             key = f"{node}:{proposal['id']}"
-            work_dir = self.remedies_dir / _safe(key)
-            ctx = plans.PlanContext(
-                node=node,
-                target=target,
-                variables=variables,
-                work_dir=work_dir,
-                root_cause=verdict.get("root_cause"),
-                kubeconfig=variables.get("kubeconfig") or self.config.kubeconfig,
-                kube_context=variables.get("kube_context") or self.config.kube_context,
-                drain_max_cordoned=self.config.drain.max_cordoned,
-                drain_max_fraction=self.config.drain.max_fraction,
-                drain_pool_selector=self.config.drain.pool_selector,
-            )
+            ctx = self._context(node=node, target=target, variables=variables,
+                                root_cause=verdict.get("root_cause"), key=key)
             plan: plans.Plan | None = None
             plan_error: str | None = None
             try:
@@ -172,6 +161,50 @@ class Desk:
             )
             out.append(Queued(stored, new, plan, plan_error))
         return out
+
+    def _context(
+        self, *, node: str, target: plans.Target | None, variables: Mapping[str, Any],
+        root_cause: str | None, key: str,
+    ) -> plans.PlanContext:
+        return plans.PlanContext(
+            node=node,
+            target=target,
+            variables=variables,
+            work_dir=self.remedies_dir / _safe(key),
+            root_cause=root_cause,
+            kubeconfig=variables.get("kubeconfig") or self.config.kubeconfig,
+            kube_context=variables.get("kube_context") or self.config.kube_context,
+            drain_max_cordoned=self.config.drain.max_cordoned,
+            drain_max_fraction=self.config.drain.max_fraction,
+            drain_pool_selector=self.config.drain.pool_selector,
+        )
+
+    def replan_if_stale(self, pid: str) -> Proposal:
+        """A pending proposal whose source files changed since it was planned (an earlier
+        approval patched the same manifest) gets a fresh plan against the files as they are,
+        recorded in the audit trail; the approver then sees the new check-mode diff."""
+        proposal = self.store.get(pid)
+        if proposal.state != "pending" or not proposal.plan or "playbook" not in proposal.plan:
+            return proposal
+        plan = plans.Plan.from_dict(proposal.plan)
+        if all(plans.file_digest(Path(n)) == d for n, d in plan.sources.items()):
+            return proposal
+        ctx = self._context(
+            node=proposal.node or "node",
+            target=plans.Target.from_dict(proposal.target) if proposal.target else None,
+            variables=proposal.vars,
+            root_cause=proposal.root_cause,
+            key=proposal.key,
+        )
+        try:
+            fresh = plans.plan_for({"kind": proposal.kind, "params": proposal.params}, ctx)
+        except RunbookError as exc:
+            reason = f"cannot be re-planned: {exc.one_line()}"
+            raise self._refuse(proposal, os_user(), reason) from exc
+        self.store.set_plan(pid, fresh.as_dict())
+        self.record("replanned", pid, os_user(), {"plan": fresh.as_dict(),
+                                                  "because": "its source files changed"})
+        return self.store.get(pid)
 
     # --------------------------------------------------------------------------- decisions
     def _authorise(self, proposal: Proposal, actor: str, as_user: str | None) -> None:
@@ -231,7 +264,10 @@ class Desk:
         on_task: Callable[[TaskOutcome], None] | None = None,
         recheck_fn: Callable[[Proposal], Mapping[str, Any]] | None = None,
         guard_fn: Callable[[Proposal, plans.Plan], tuple[bool, str]] | None = None,
+        checked: PlaybookResult | None = None,
     ) -> Execution:
+        """`checked`: the check-mode run the approver has just seen (the guided prompt's
+        preview of this same plan); otherwise the check run happens here, after the claim."""
         actor = actor_name(as_user)
         proposal = self.store.get(pid)
         self._authorise(proposal, actor, as_user)
@@ -293,7 +329,9 @@ class Desk:
             {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
         )
         try:
-            check = self._run(proposal, plan, check=True, on_task=on_task)
+            check = checked if checked is not None and checked.check else self._run(
+                proposal, plan, check=True, on_task=on_task
+            )
         except RunbookError as exc:
             failure = {"stage": "check", "error": exc.one_line()}
             self._finish(proposal, actor, ok=False, result=failure)

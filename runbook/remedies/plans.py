@@ -236,12 +236,22 @@ def _workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
             "a Job's pod template is immutable in the cluster: patch its manifest "
             "(--var apply=file) and re-create the Job"
         )
+    import yaml
+
+    from runbook.remedies import workload
     from runbook.remedies.kubectl import render_patch
     from runbook.remedies.manifest_edit import minimal_edit
 
     original = path.read_text(encoding="utf-8")
     # the real kubectl decides what the patch does; the file keeps its own layout
-    content = minimal_edit(original, render_patch(path, patch))
+    rendered = render_patch(path, patch)
+    if apply == "cluster":  # the one object, not the file's other documents
+        content = yaml.safe_dump(
+            workload.select_document(rendered, kind=patch.target.kind, name=patch.target.name),
+            sort_keys=False,
+        )
+    else:
+        content = minimal_edit(original, rendered)
     extravars: dict[str, Any] = {
         "workload_patch_manifest": str(path),
         "workload_patch_content": content,

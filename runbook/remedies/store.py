@@ -318,6 +318,17 @@ class Store:
                 raise Conflict(f"proposal {pid} is not running")
         return self.get(pid)
 
+    def set_plan(self, pid: str, plan: Mapping[str, Any]) -> Proposal:
+        """A pending proposal's plan, replaced (re-planned against changed files)."""
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE proposals SET plan=?, updated_at=? WHERE id=? AND state='pending'",
+                (json.dumps(dict(plan), default=str), time.time(), pid),
+            )
+            if cur.rowcount != 1:
+                raise Conflict(f"proposal {pid} is not pending")
+        return self.get(pid)
+
     def set_verification(self, pid: str, verification: Mapping[str, Any]) -> Proposal:
         with self._tx() as db:
             db.execute(

@@ -91,3 +91,43 @@ def test_skip_leaves_it_queued(tmp_path: Path, checkout: Path) -> None:  # noqa:
     (proposal,) = state_of(tmp_path)
     assert proposal["state"] == "pending"
     assert (checkout / "job.yaml").read_text() == JOB
+
+
+def test_two_proposals_on_one_manifest_both_apply_the_second_replanned(
+    tmp_path: Path, checkout: Path  # noqa: F811
+) -> None:
+    """The article's incident proposes a /dev/shm sizeLimit and a memory limit for the same
+    Job: once the first is applied, the second is planned again against the file as it now
+    is (its check-mode diff shows only the memory lines), and both land."""
+    env = cli_env(tmp_path)
+    env["TERM"] = "dumb"
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "runbook", "run", "nccl-init-failure", "--target",
+         f"replay://{BUNDLE.parent / 'article-incident'}",
+         "--var", f"manifest={checkout / 'job.yaml'}"],
+        env=env, encoding="utf-8", timeout=120, dimensions=(60, 200),
+    )
+    child.expect(r"shm-size-limit on gpu-node-07")
+    child.expect(r"\+\s+sizeLimit: 10Gi")
+    child.expect("approve / deny / skip")
+    child.sendline("a")
+    child.expect("succeeded")
+    child.expect(r"memory-limit on gpu-node-07")
+    child.expect("what would change:")
+    child.expect(r"\+\s+memory: 768Gi")
+    child.expect("approve / deny / skip")
+    child.sendline("a")
+    child.expect("succeeded")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    import yaml
+
+    spec = yaml.safe_load((checkout / "job.yaml").read_text())["spec"]["template"]["spec"]
+    assert spec["volumes"][0]["emptyDir"]["sizeLimit"] == "10Gi"
+    resources = spec["containers"][0]["resources"]
+    assert resources["limits"]["memory"] == "768Gi"
+    assert resources["requests"]["memory"] == "640Gi"
+    log = (tmp_path / "state" / "audit.jsonl").read_text()
+    assert '"event": "replanned"' in log
