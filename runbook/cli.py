@@ -1,8 +1,9 @@
 """The `runbook` command line: parse flags, call the library, render. Nothing else.
 
-Exit codes: 0 the command ran (whatever it found), 2 usage or bad input, 3 the target is
-unreachable or refused (host key, authentication), 130 interrupted. Every error is one line on
-stderr; a traceback reaching a user is a bug (`--debug` shows it).
+Exit codes: 0 the command ran (whatever it found), 1 refused or failed (an approval refused,
+a remedy that failed, an audit chain broken, a memory limit the guard refuses), 2 usage or bad
+input, 3 the target is unreachable or refused (host key, authentication), 130 interrupted.
+Every error is one line on stderr; a traceback reaching a user is a bug (`--debug` shows it).
 """
 
 from __future__ import annotations
@@ -303,6 +304,7 @@ def run(
             queued,
             interactive=interactive,
             as_user=as_user,
+            advice=list(result.verdict.get("proposals") or []),
         )
     if fmt == "json":
         click.echo(json.dumps(result.verdict, indent=2, default=str))
@@ -492,11 +494,21 @@ def _register_subcommands() -> None:
 
     cli.add_command(approvals)
     cli.add_command(audit)
-    try:
-        from runbook.cli_estimate import estimate_memory
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return
+    from runbook.cli_estimate import estimate_memory
+
     cli.add_command(estimate_memory)
+    # modules that add their own commands: each exposes COMMANDS (a list of click commands)
+    import importlib
+
+    for name in ("runbook.cli_sweep", "runbook.cli_recovery"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue
+        for command in getattr(module, "COMMANDS", []):
+            cli.add_command(command)
 
 
 _register_subcommands()

@@ -317,6 +317,24 @@ def _brief(data: Mapping[str, Any]) -> str:
     return ""
 
 
+def show_advice(console: Console, proposal: Mapping[str, Any]) -> None:
+    """reduce-loader-memory: which term of the estimate dominates and what each cut saves."""
+    if proposal.get("kind") != "reduce-loader-memory":
+        return
+    from runbook.errors import RunbookError
+    from runbook.remedies import advice as advice_mod
+    from runbook.remedies import estimate
+
+    console.rule("[bold]advice: reduce the peak first")
+    try:
+        lines = advice_mod.advise(estimate.from_params(dict(proposal.get("params") or {}))).lines()
+    except RunbookError as exc:
+        console.print(f"  {escape(str(proposal.get('summary')))} ({escape(exc.one_line())})")
+        return
+    for line in lines:
+        console.print(f"  {escape(line)}")
+
+
 def guided_approvals(
     console: Console,
     desk: Any,
@@ -324,11 +342,14 @@ def guided_approvals(
     *,
     interactive: bool,
     as_user: str | None = None,
+    advice: list[Mapping[str, Any]] | None = None,
 ) -> None:
     """After a guided walk: each queued proposal with its evidence and check-mode diff, then
     approve / deny / skip. Not interactive: say where each one waits."""
     from runbook.remedies import live
 
+    for proposal in advice or []:
+        show_advice(console, proposal)
     if not queued:
         return
     console.rule("[bold]proposals")

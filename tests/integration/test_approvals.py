@@ -207,3 +207,24 @@ def test_audit_verify_fails_after_an_entry_is_edited(cli, checkout: Path, tmp_pa
     broken = cli("audit", "verify")
     assert broken.rc == 1
     assert f"line {len(lines)}: content does not match its hash" in broken.stderr
+
+
+def test_a_playbook_failing_halfway_is_recorded_failed_and_never_retried(
+    cli, tmp_path: Path
+) -> None:
+    """The manifest is not in a Git checkout but a commit is asked for: the check run passes
+    (it commits nothing), the real run writes the file and then fails at the commit."""
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    (loose / "job.yaml").write_text(JOB)
+    pid = queue(cli, loose, "--var", "git_commit=true")
+    failed = cli("approvals", "approve", pid, timeout=180)
+    assert failed.rc == 1, failed.stdout + failed.stderr
+    assert "failed" in failed.stdout
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["state"] == "failed"
+    assert shown["result"]["stage"] == "apply"
+    assert any("git" in line for line in shown["result"]["failed"]), shown["result"]["failed"]
+    assert audit_events(cli, pid) == ["proposed", "approved", "check", "failed"]
+    again = cli("approvals", "approve", pid, timeout=60)
+    assert again.rc == 1 and "never run twice" in again.stderr

@@ -4,8 +4,11 @@ directory, would otherwise be silently left out of `pip install .`)."""
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 
 REPO = Path(__file__).resolve().parents[2]
 
