@@ -395,3 +395,26 @@ def test_the_harness_runs_without_pytest_as_a_context_manager(tmp_path: Path) ->
         )
         assert aliased.stdout.strip() == "script", aliased.stderr
     assert net.closed and list(tmp_path.iterdir()) == []
+
+
+def test_a_removed_hosts_address_is_not_handed_out_at_once_and_its_arp_entry_goes(
+    host_network: HostNetwork,
+) -> None:
+    """A new host on a just-freed address would be unreachable until the bridge's neighbour
+    entry for the old veth's MAC went stale (~30 s): addresses go round the range, and the
+    entry is flushed when a host is removed."""
+    old = host_network.add_host("arp-old")
+    probe = subprocess.run(host_network.ssh_argv(old, "true"), capture_output=True, timeout=30)
+    assert probe.returncode == 0
+    neigh = ["ip", "neigh", "show", "to", old.address, "dev", host_network.bridge]
+    assert subprocess.run(neigh, capture_output=True, text=True).stdout.strip()
+    host_network.remove_host(old)
+    assert subprocess.run(neigh, capture_output=True, text=True).stdout.strip() == ""
+    new = host_network.add_host("arp-new")
+    try:
+        assert new.address != old.address
+        done = subprocess.run(host_network.ssh_argv(new, "hostname"), capture_output=True,
+                              text=True, timeout=30)
+        assert done.stdout.strip() == "arp-new"
+    finally:
+        host_network.remove_host(new)

@@ -744,6 +744,7 @@ class HostNetwork:
         self.ready_timeout = ready_timeout
         self._lock = threading.RLock()
         self._hosts: dict[str, TestHost] = {}
+        self._next_index = 2
         self._closed = False
         self._token_lock: _FileLock | None = None
         self._bridge_made = False
@@ -894,7 +895,13 @@ class HostNetwork:
                     raise ValueError(f"test host {name!r} already exists")
                 taken.add(name)
             used = {h.index for h in self._hosts.values()}
-            free = (i for i in range(2, self.subnet.num_addresses - 1) if i not in used)
+            # addresses are handed out round the range, not lowest-free first: a host made
+            # right after one was removed would otherwise get its address while the bridge's
+            # neighbour cache still maps it to the old veth's MAC (connects fail until the
+            # entry goes stale, ~30 s); teardown flushes the entries too
+            span = list(range(2, self.subnet.num_addresses - 1))
+            start = span.index(self._next_index) if self._next_index in span else 0
+            free = (i for i in span[start:] + span[:start] if i not in used)
             new: list[TestHost] = []
             for name in names:
                 index = next(free, None)
@@ -930,6 +937,8 @@ class HostNetwork:
                     host._launch_sshd()
                 _wait_ready(new, self.ready_timeout)
                 self._write_client_files()
+                if new:  # a failed add gives its addresses back
+                    self._next_index = new[-1].index + 1
             except BaseException as exc:
                 try:
                     self._teardown(new)
@@ -969,6 +978,9 @@ class HostNetwork:
         for host in hosts:
             host._reap()
         left = _delete_netns_and_links([h.netns for h in hosts], [h.veth for h in hosts])
+        if self._bridge_made and _link_exists(self.bridge):
+            _ip_batch([f"neigh flush to {h.address} dev {self.bridge}" for h in hosts],
+                      check=False)
         for host in hosts:
             if self._hosts.get(host.name) is host:
                 del self._hosts[host.name]

@@ -21,12 +21,13 @@ from tests.integration.test_approvals import BUNDLE, JOB, checkout, size_limit  
 pytestmark = pytest.mark.ansible
 
 
-def spawn(tmp_path: Path, checkout: Path) -> pexpect.spawn:  # noqa: F811
+def spawn(tmp_path: Path, checkout: Path, bundle: Path = BUNDLE) -> pexpect.spawn:  # noqa: F811
+    """The guided run on a pseudo-terminal (so stdin is a TTY and it prompts)."""
     env = cli_env(tmp_path)
     env["TERM"] = "dumb"
     return pexpect.spawn(
         sys.executable,
-        ["-m", "runbook", "run", "nccl-init-failure", "--target", f"replay://{BUNDLE}",
+        ["-m", "runbook", "run", "nccl-init-failure", "--target", f"replay://{bundle}",
          "--var", f"manifest={checkout / 'job.yaml'}", "--as", "oncall"],
         env=env,
         encoding="utf-8",
@@ -99,15 +100,7 @@ def test_two_proposals_on_one_manifest_both_apply_the_second_replanned(
     """The article's incident proposes a /dev/shm sizeLimit and a memory limit for the same
     Job: once the first is applied, the second is planned again against the file as it now
     is (its check-mode diff shows only the memory lines), and both land."""
-    env = cli_env(tmp_path)
-    env["TERM"] = "dumb"
-    child = pexpect.spawn(
-        sys.executable,
-        ["-m", "runbook", "run", "nccl-init-failure", "--target",
-         f"replay://{BUNDLE.parent / 'article-incident'}",
-         "--var", f"manifest={checkout / 'job.yaml'}"],
-        env=env, encoding="utf-8", timeout=120, dimensions=(60, 200),
-    )
+    child = spawn(tmp_path, checkout, BUNDLE.parent / "article-incident")
     child.expect(r"shm-size-limit on gpu-node-07")
     child.expect(r"\+\s+sizeLimit: 10Gi")
     child.expect("approve / deny / skip")
