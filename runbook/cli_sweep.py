@@ -1,0 +1,392 @@
+"""`runbook sweep`, `sweep-merge`, `analyze-dir` and `collect-plan`: the fleet commands.
+
+Exit codes of sweep, sweep-merge and analyze-dir: 0 every host healthy, 1 findings (a root
+cause, or an inconclusive verdict) on some host, 3 some hosts not swept (unreachable, refused,
+hung past the deadline) and no finding, 2 usage or a bad inventory, or another sweep of the
+same inventory holds the lock. Registered by runbook/cli.py through `COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import secrets
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runbook.errors import UsageError
+
+
+def _vars(items: tuple[str, ...]) -> dict[str, Any]:
+    from runbook.cli import parse_vars
+
+    return parse_vars(items)
+
+
+def _default_report_dir(kind: str, runbook_id: str) -> Path:
+    from runbook.config import state_dir
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return state_dir() / "sweeps" / f"{stamp}-{kind}-{runbook_id}-{secrets.token_hex(3)}"
+
+
+def _finish(sweep: Any, report_dir: Path, fmt: str) -> None:
+    """Write the four reports, print the result, exit with the sweep's code."""
+    from runbook.sweep.reports import write_reports
+    from runbook.sweep.results import NOT_SWEPT, ordered_findings
+
+    written = write_reports(sweep, report_dir)
+    if fmt == "json":
+        click.echo(written["sweep.json"].read_text(encoding="utf-8"), nl=False)
+    else:
+        counts = ", ".join(f"{n} {s}" for s, n in sweep.counts().items() if n) or "no hosts"
+        rate = len(sweep.hosts) / sweep.duration_s if sweep.duration_s > 0 else 0.0
+        click.echo(
+            f"{sweep.mode} of {len(sweep.hosts)} hosts in {sweep.duration_s:.1f}s "
+            f"({rate:.1f} hosts/s): {counts}"
+        )
+        if sweep.missing_shards:
+            click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
+        findings = ordered_findings(sweep.hosts)
+        if findings:
+            click.echo("findings, worst first:")
+        for host in findings:
+            verdict = host.verdict or {}
+            first = verdict.get("first_anomaly") or {}
+            where = f"{first.get('source')}:{first.get('line')}" if first.get("line") else ""
+            text = " ".join(str(first.get("text") or "").split())[:100]
+            click.echo(
+                f"  {host.host:<24} {verdict.get('root_cause')} ({verdict.get('confidence')})"
+                + (f"  {where} {text}" if where or text else "")
+            )
+        for host in sweep.hosts:
+            if host.status in NOT_SWEPT:
+                click.echo(f"  {host.host:<24} {host.status.value}: {host.error}")
+        click.echo("reports: " + " ".join(str(p) for p in written.values()))
+    raise click.exceptions.Exit(sweep.exit_code())
+
+
+def _progress(title: str) -> Any:
+    """The live bar when stderr is a terminal, plain lines otherwise (both on stderr)."""
+    from runbook.sweep.progress import progress_for
+
+    return progress_for(title, sys.stderr)
+
+
+@click.command("sweep")
+@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.option("--inventory", "-i", help="Ansible inventory: file, directory or script.")
+@click.option("--limit", metavar="PATTERN", help="Ansible host pattern (as ansible --limit).")
+@click.option(
+    "--kube-selector",
+    metavar="LABELS",
+    help="Instead of an inventory: the Kubernetes nodes with these labels, each through its "
+    "node-agent pod (kubectl exec + nsenter).",
+)
+@click.option(
+    "--kube-namespace",
+    default="kube-system",
+    show_default=True,
+    help="Namespace of the node-agent pods.",
+)
+@click.option(
+    "--agent-selector",
+    default="app=node-agent",
+    show_default=True,
+    help="Label selector of the node-agent pods.",
+)
+@click.option("--agent-container", help="Container of the node-agent pod to exec into.")
+@click.option(
+    "--forks",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Hosts in flight at once.",
+)
+@click.option(
+    "--timeout-per-host",
+    type=click.FloatRange(min=0.5),
+    default=120.0,
+    show_default=True,
+    help="Seconds one host may take, connect included.",
+)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    help="Directory for sweep.json, sweep.md, junit.xml, runbook.prom "
+    "(default: a new one in the state dir).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--keep-bundles",
+    is_flag=True,
+    help="Keep each host's run directory (evidence bundle, events, verdict) under REPORT/hosts/.",
+)
+@click.option("--shard", metavar="K/N", help="Sweep only shard K of N (stable by host name).")
+@click.option(
+    "--var",
+    "var_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Set a runbook variable for every host (repeatable).",
+)
+@click.option(
+    "--identity",
+    "identities",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    help="SSH key for hosts without ansible_ssh_private_key_file (repeatable).",
+)
+@click.option(
+    "--known-hosts",
+    type=click.Path(dir_okay=False),
+    help="known_hosts for hosts without UserKnownHostsFile (default ~/.ssh/known_hosts).",
+)
+@click.option(
+    "--accept-new-host-keys",
+    is_flag=True,
+    help="Trust and record a host key seen for the first time (a changed key is still refused).",
+)
+@click.option(
+    "--connect-timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to connect and authenticate (at most the time left of the host's deadline).",
+)
+@click.option(
+    "--nsenter",
+    type=click.IntRange(min=1),
+    is_flag=False,
+    flag_value=1,
+    default=None,
+    metavar="[PID]",
+    help="Run every command inside PID's namespaces (--nsenter alone: PID 1).",
+)
+@click.option("--kubectl", default="kubectl", show_default=True)
+@click.option("--context", "kube_context", help="kubectl context.")
+@click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
+@click.option(
+    "--inventory-timeout",
+    type=click.FloatRange(min=1),
+    default=120.0,
+    show_default=True,
+    help="Seconds ansible-inventory (or kubectl) may take.",
+)
+@click.pass_context
+def sweep(
+    ctx: click.Context,
+    /,
+    runbook_ref: str,
+    inventory: str | None,
+    limit: str | None,
+    kube_selector: str | None,
+    kube_namespace: str,
+    agent_selector: str,
+    agent_container: str | None,
+    forks: int,
+    timeout_per_host: float,
+    report_dir: str | None,
+    fmt: str,
+    keep_bundles: bool,
+    shard: str | None,
+    var_items: tuple[str, ...],
+    identities: tuple[str, ...],
+    known_hosts: str | None,
+    accept_new_host_keys: bool,
+    connect_timeout: float,
+    nsenter: int | None,
+    kubectl: str,
+    kube_context: str | None,
+    db: str | None,
+    inventory_timeout: float,
+) -> None:
+    """Sweep RUNBOOK read-only over every host of an inventory: collection and analysis only,
+    never a remedy; each host's proposals go to the approval queue.
+
+    \b
+    runbook sweep nccl-init-failure -i inventory/ --limit gpu_nodes --forks 64
+    runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
+    """
+    from runbook import config as config_mod
+    from runbook.config import state_dir
+    from runbook.remedies.approval import Desk
+    from runbook.spec import load_file, resolve
+    from runbook.sweep import shard as shard_mod
+    from runbook.sweep.host import HostOptions, probes_per_host
+    from runbook.sweep.lock import SweepLock
+    from runbook.sweep.run import ProposalQueue, run_sweep
+
+    if bool(inventory) == bool(kube_selector):
+        raise UsageError("give one host source: --inventory/-i or --kube-selector")
+    if limit and not inventory:
+        raise UsageError(
+            "--limit selects from an Ansible inventory; with --kube-selector, "
+            "narrow the label selector instead"
+        )
+    k_n = shard_mod.parse_shard(shard) if shard else None
+    variables = _vars(var_items)
+    runbook = load_file(resolve(runbook_ref))
+    source = str(Path(inventory).resolve()) if inventory else f"kube:{kube_selector}"
+    key = (
+        f"inventory {source}"
+        if inventory
+        else f"kubernetes {kube_context or '(current context)'} {kube_selector}"
+    )
+    if k_n:
+        key += f" shard {k_n[0]}/{k_n[1]}"
+    with SweepLock(key, state_dir() / "sweep-locks"):
+        if inventory:
+            from runbook.sweep.inventory import load_inventory
+
+            entries = load_inventory(inventory, limit=limit, timeout=inventory_timeout)
+        else:
+            from runbook.sweep.kube import kube_entries
+
+            assert kube_selector is not None
+            entries = kube_entries(
+                kube_selector,
+                namespace=kube_namespace,
+                agent_selector=agent_selector,
+                container=agent_container,
+                kubectl=kubectl,
+                context=kube_context,
+                timeout=inventory_timeout,
+            )
+        if k_n:
+            entries = shard_mod.select(entries, [e.name for e in entries], *k_n)
+        out = Path(report_dir) if report_dir else _default_report_dir("sweep", runbook.id)
+        options = HostOptions(
+            runbook=runbook,
+            variables=variables,
+            timeout_per_host=timeout_per_host,
+            connect_timeout=connect_timeout,
+            identities=tuple(Path(p) for p in identities),
+            known_hosts=Path(known_hosts) if known_hosts else None,
+            accept_new_host_keys=accept_new_host_keys,
+            kubectl=kubectl,
+            kube_context=kube_context,
+            nsenter=nsenter,
+            keep_dir=out / "hosts" if keep_bundles else None,
+            max_parallel=probes_per_host(forks),
+        )
+        cfg = config_mod.load(
+            Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db
+        )
+        with Desk(cfg) as desk:
+            result = run_sweep(
+                entries,
+                options,
+                forks=forks,
+                runbook_ref=runbook_ref,
+                source=source if inventory else f"nodes {kube_selector}",
+                shard=f"{k_n[0]}/{k_n[1]}" if k_n else None,
+                observer=_progress(f"sweep {runbook.id}"),
+                queue=ProposalQueue(
+                    desk, runbook_ref=runbook_ref, variables=variables, options=options
+                ),
+            )
+        _finish(result, out, fmt)
+
+
+@click.command("sweep-merge")
+@click.argument("dirs", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option(
+    "--report",
+    "report_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for the merged reports.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def sweep_merge(dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
+    """Join shard reports (directories holding sweep.json) into one set of reports."""
+    from runbook.sweep.merge import merge, read_report
+
+    merged = merge([read_report(Path(d)) for d in dirs])
+    _finish(merged, Path(report_dir), fmt)
+
+
+@click.command("analyze-dir")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False))
+@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True)
+@click.option(
+    "--report",
+    "report_dir",
+    type=click.Path(file_okay=False),
+    help="Directory for the reports (default: a new one in the state dir).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option("--forks", type=click.IntRange(1, 256), default=4, show_default=True)
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+def analyze_dir(
+    directory: str,
+    runbook_ref: str,
+    report_dir: str | None,
+    fmt: str,
+    forks: int,
+    var_items: tuple[str, ...],
+) -> None:
+    """Analyse every evidence bundle in DIRECTORY (HOST.tar.gz as playbooks/collect.yml fetches
+    them, or HOST/ bundle directories) and write the same reports as `sweep`. Proposals are
+    reported, not queued: a bundle is not a live node to plan against."""
+    from runbook.spec import load_file, resolve
+    from runbook.sweep.analyze import analyze_dir as analyze
+
+    runbook = load_file(resolve(runbook_ref))
+    out = Path(report_dir) if report_dir else _default_report_dir("analyze", runbook.id)
+    result = analyze(
+        Path(directory),
+        runbook,
+        runbook_ref=runbook_ref,
+        variables=_vars(var_items),
+        forks=forks,
+        observer=_progress(f"analyze {runbook.id}"),
+    )
+    _finish(result, out, fmt)
+
+
+@click.command("collect-plan")
+@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    help="Write the plan here (default: standard output).",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
+)
+def collect_plan(
+    var_items: tuple[str, ...], runbook_ref: str, output: str | None, fmt: str
+) -> None:
+    """Print RUNBOOK's probes, rendered, as extra vars for playbooks/collect.yml
+    (`ansible-playbook playbooks/collect.yml -e @plan.yml -e evidence_collect_dest=DIR`)."""
+    from runbook.spec import load_file, resolve
+    from runbook.sweep.plan import collection_plan, dump_plan
+
+    plan = collection_plan(load_file(resolve(runbook_ref)), _vars(var_items))
+    text = dump_plan(plan) if fmt == "yaml" else json.dumps(plan, indent=2) + "\n"
+    for note in plan["evidence_collect_notes"]:
+        click.echo(f"note: {note}", err=True)
+    if output:
+        try:
+            Path(output).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
+    else:
+        click.echo(text, nl=False)
+
+
+COMMANDS = [sweep, sweep_merge, analyze_dir, collect_plan]

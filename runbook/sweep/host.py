@@ -1,0 +1,310 @@
+"""One host of a sweep: connect, walk the runbook read-only, classify the outcome.
+
+The per-host deadline is enforced in three layers, innermost first:
+
+1. the connect timeout is at most the time left, so a host that accepts TCP and never sends a
+   banner fails its connect by the deadline;
+2. every probe's timeout is cut to the time left (`DeadlineTransport`), so a hung command is
+   stopped by the transport's own timeout handling — for SSH, TERM then KILL to the remote
+   process group — at the deadline, and a probe that would start after it is not started;
+3. the pool (pool.py) closes the transport from its coordinating thread a grace period after
+   the deadline and records the host as `timeout` whatever its thread is doing.
+
+Only `runbook.executor.execute` runs here: collection and analysis. A remedy is never run;
+the verdict's proposals go to the approval queue, from the caller (run.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from runbook.conductor import StageRecord
+from runbook.errors import (
+    AuthenticationError,
+    HostKeyError,
+    RunbookError,
+    UnreachableError,
+)
+from runbook.executor import RunDirectory, execute
+from runbook.spec.models import Runbook, Stage
+from runbook.sweep.inventory import HostEntry
+from runbook.sweep.knownhosts import KnownHosts
+from runbook.sweep.pool import Job
+from runbook.sweep.results import HostResult, Status, status_of
+from runbook.transports.base import CommandResult, Probe, Transport
+
+#: a probe is not started with less time than this left before the deadline
+MIN_PROBE_S = 0.05
+
+
+class DeadlineTransport:
+    """Runs probes on `inner` with every timeout cut to what is left before `deadline`."""
+
+    def __init__(
+        self, inner: Transport, deadline: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.inner = inner
+        self.deadline = deadline
+        self.description = inner.description
+        self._clock = clock
+        self._lock = threading.Lock()
+        #: probes stopped at the deadline, and probes not started because it had passed
+        self.cut: list[str] = []
+        self.not_started: list[str] = []
+
+    @property
+    def expired(self) -> bool:
+        return bool(self.cut or self.not_started)
+
+    def run(self, probe: Probe) -> CommandResult:
+        remaining = self.deadline - self._clock()
+        if remaining < MIN_PROBE_S:
+            with self._lock:
+                self.not_started.append(probe.name)
+            return CommandResult(
+                probe.name, probe.command, error="not started: the host's deadline has passed"
+            )
+        capped = remaining < probe.timeout
+        result = self.inner.run(replace(probe, timeout=remaining) if capped else probe)
+        if capped and (result.timed_out or result.error):
+            with self._lock:
+                self.cut.append(probe.name)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@dataclass(frozen=True)
+class HostOptions:
+    """How every host of a sweep is reached and walked."""
+
+    runbook: Runbook
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    timeout_per_host: float = 120.0
+    connect_timeout: float = 10.0
+    identities: tuple[Path, ...] = ()
+    known_hosts: Path | None = None
+    accept_new_host_keys: bool = False
+    kubectl: str = "kubectl"
+    kube_context: str | None = None
+    nsenter: int | None = None
+    #: keep each host's run directory (events, bundle, verdict) under here
+    keep_dir: Path | None = None
+    #: a stage's probes run at once on one host (see probes_per_host)
+    max_parallel: int = 8
+    #: each known_hosts file parsed once for the whole sweep (knownhosts.py)
+    known_hosts_cache: KnownHosts | None = None
+
+
+#: probe threads a sweep keeps in flight across all its hosts
+PROBE_THREADS = 128
+
+
+def probes_per_host(forks: int) -> int:
+    """A stage's probes in flight per host: 8 when few hosts are in flight, down to 2 at high
+    --forks, so forks x probes stays near PROBE_THREADS: with --forks 64, the hosts in flight
+    already keep the connections busy, and 500 more threads would only queue for the
+    interpreter lock."""
+    return max(2, min(8, PROBE_THREADS // max(1, forks)))
+
+
+def warm_templates(runbook: Runbook) -> int:
+    """Compile every template and expression of `runbook` once, in this thread, before hosts
+    start: templating caches what it compiles, but the first wave of --forks hosts would each
+    miss the cache at once and compile all of them (at --forks 32 an eighth of a sweep's CPU went
+    to Jinja's compiler). Returns how many sources it compiled."""
+    from runbook import templating
+    from runbook.errors import TemplateError
+
+    expressions = [runbook.surfaced_as] if runbook.surfaced_as else []
+    texts: list[str] = []
+    commands: list[str] = []
+    for stage in runbook.stages:
+        expressions += [stage.when] if stage.when else []
+        expressions += [d.expression for d in stage.derive]
+        commands += [c.command for c in stage.collect]
+        for rule in stage.decide:
+            expressions += [e for e in (rule.when, rule.evidence) if e]
+            texts += [rule.finding] if rule.finding else []
+            texts += [out.because for out in rule.rule_out]
+    for remedy in runbook.remedies:
+        texts += [remedy.summary, *remedy.params.values()]
+    for group, compile_one in (
+        (expressions, templating.evaluate),
+        (texts, templating.render_text),
+        (commands, templating.render_command),
+    ):
+        for source in group:
+            try:
+                compile_one(source, {})
+            except TemplateError:
+                pass  # compiled (and cached) before it failed for want of facts
+    return len(expressions) + len(texts) + len(commands)
+
+
+def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transport:
+    """Connect to one inventory host; TargetError when it cannot be used."""
+    from runbook.transports.local import LocalTransport
+    from runbook.transports.nsenter import (
+        KubectlTransport,
+        NsenterTransport,
+        parse_kubectl_target,
+    )
+    from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+
+    transport: Transport
+    if entry.scheme == "local":
+        transport = LocalTransport()
+    elif entry.scheme == "kubectl":
+        namespace, pod = parse_kubectl_target(entry.target.split("://", 1)[1])
+        return KubectlTransport(
+            namespace,
+            pod,
+            container=entry.container,
+            context=entry.kube_context or options.kube_context,
+            kubectl=options.kubectl,
+            nsenter_pid=options.nsenter or 1,
+            check_timeout=timeout,
+        )
+    else:
+        address = SSHAddress.parse(entry.target.split("://", 1)[1])
+        identities = tuple(Path(p).expanduser() for p in entry.identities) or options.identities
+        jump = SSHAddress.parse(entry.jump, default_user=address.user) if entry.jump else None
+        ssh = SSHOptions(
+            identities=identities,
+            accept_new_host_keys=options.accept_new_host_keys,
+            jump=jump,
+            connect_timeout=timeout,
+        )
+        known = entry.known_hosts or options.known_hosts
+        if known is not None:
+            ssh = dataclasses.replace(ssh, known_hosts=Path(known).expanduser())
+        own = ssh.known_hosts
+        if options.known_hosts_cache is not None and not options.accept_new_host_keys:
+            names = [address.known_hosts_name] + ([jump.known_hosts_name] if jump else [])
+            own = options.known_hosts_cache.for_host(ssh.known_hosts, names)
+        try:
+            transport = SSHTransport(address, dataclasses.replace(ssh, known_hosts=own))
+        except HostKeyError as exc:
+            if own == ssh.known_hosts:
+                raise
+            # name the user's file, not this sweep's private copy of its lines
+            text = str(exc).replace(str(own), str(ssh.known_hosts))
+            raise HostKeyError(text, host=exc.host, fingerprint=exc.fingerprint) from None
+    if options.nsenter is not None:
+        transport = NsenterTransport(transport, options.nsenter)
+    return transport
+
+
+class _Phase:
+    """Observer that keeps the job's phase current (for the timeout message)."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
+        if self.job.remaining() > 0:  # after the deadline the phase it was in stays
+            self.job.phase = f"stage {stage.id}"
+
+    def probe_done(self, stage: Stage, result: CommandResult) -> None:
+        pass
+
+    def stage_done(self, stage: Stage, record: StageRecord) -> None:
+        pass
+
+    def run_done(self, verdict: Mapping[str, Any]) -> None:
+        pass
+
+
+def _result(entry: HostEntry, job: Job, status: Status, **kw: Any) -> HostResult:
+    return HostResult(
+        host=entry.name,
+        target=entry.target,
+        status=status,
+        duration_s=job.elapsed(),
+        groups=entry.groups,
+        **kw,
+    )
+
+
+def timeout_result(
+    entry: HostEntry, job: Job, options: HostOptions, guarded: DeadlineTransport | None = None
+) -> HostResult:
+    where = job.phase
+    if guarded is not None and guarded.cut:
+        where += f": {', '.join(guarded.cut[:3])} stopped at the deadline"
+    if guarded is not None and guarded.not_started:
+        where += f"; {len(guarded.not_started)} probes not started"
+    return _result(
+        entry,
+        job,
+        Status.TIMEOUT,
+        error=f"did not finish within its {options.timeout_per_host:g}s deadline ({where})",
+    )
+
+
+def sweep_host(entry: HostEntry, options: HostOptions, job: Job) -> HostResult:
+    """Walk the runbook over one host; never raises (everything is a HostResult)."""
+    if entry.problem:
+        return _result(entry, job, Status(entry.problem_status), error=entry.problem)
+    job.phase = "connecting"
+    connect = entry.connect_timeout or options.connect_timeout
+    try:
+        transport = open_entry(entry, options, max(0.1, min(connect, job.remaining())))
+    except (HostKeyError, AuthenticationError) as exc:
+        return _result(entry, job, Status.REFUSED, error=exc.one_line())
+    except UnreachableError as exc:
+        # out of time after the TCP connect (no banner, no answer to the key exchange): the
+        # host accepted and hung; a connect that never got TCP through is unreachable
+        if job.remaining() <= 0 and not str(exc).endswith("connecting"):
+            return timeout_result(entry, job, options)
+        return _result(entry, job, Status.UNREACHABLE, error=exc.one_line())
+    except RunbookError as exc:
+        return _result(entry, job, Status.ERROR, error=exc.one_line())
+    except Exception as exc:  # a bug in a transport must not end the sweep
+        return _result(entry, job, Status.ERROR, error=f"{type(exc).__name__}: {exc}")
+    job.on_cancel(transport.close)
+    if job.cancelled:
+        return timeout_result(entry, job, options)
+    guarded = DeadlineTransport(transport, job.deadline)
+    run_dir = None
+    if options.keep_dir is not None:
+        run_dir = RunDirectory(options.keep_dir / _safe_name(entry.name))
+    try:
+        job.phase = "walking"
+        variables = {**entry.variables, **options.variables}
+        result = execute(
+            options.runbook,
+            guarded,
+            variables=variables,
+            observer=_Phase(job),
+            run_dir=run_dir,
+            max_parallel=options.max_parallel,
+        )
+    except Exception as exc:
+        return _result(entry, job, Status.ERROR, error=f"{type(exc).__name__}: {exc}")
+    finally:
+        transport.close()
+        if run_dir is not None:
+            run_dir.close()
+    if guarded.expired or job.cancelled:
+        return timeout_result(entry, job, options, guarded)
+    return _result(
+        entry,
+        job,
+        status_of(result.verdict),
+        verdict=result.verdict,
+        run_dir=str(run_dir.path) if run_dir else None,
+    )
+
+
+def _safe_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:200]
+    return cleaned if cleaned not in ("", ".", "..") else "host"

@@ -1,0 +1,61 @@
+"""known_hosts for a fleet: each file parsed once per sweep, each host given only its lines.
+
+paramiko's SSHClient parses the whole known_hosts file (every key, base64 and all) on each
+connect: 0.3 s of CPU for a 1000-line file here, so a 1000-host sweep would spend five minutes
+of its one interpreter parsing the same file a thousand times. A sweep instead parses each file
+once and hands every host a small private file holding the entries for its own name (and its
+jump host's), hashed names included — the same trust, decided by the same paramiko lookup.
+
+Not used with --accept-new-host-keys, which must append to the user's own file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import paramiko
+
+from runbook.errors import UsageError
+
+
+class KnownHosts:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._parsed: dict[tuple[str, int, int], paramiko.HostKeys] = {}
+
+    def _load(self, path: Path) -> paramiko.HostKeys | None:
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            return None
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        with self._lock:
+            if key not in self._parsed:
+                try:
+                    self._parsed[key] = paramiko.HostKeys(str(path))
+                except (OSError, paramiko.SSHException) as exc:
+                    raise UsageError(f"cannot read known_hosts {path}: {exc}") from exc
+            return self._parsed[key]
+
+    def for_host(self, path: Path, names: Sequence[str]) -> Path:
+        """A file with `path`'s entries for `names` (known_hosts spellings: `host` or
+        `[host]:port`); `path` itself when it does not exist (paramiko then knows no key, and
+        the host is refused as unknown, as it would be)."""
+        parsed = self._load(path)
+        if parsed is None:
+            return path
+        mine = paramiko.HostKeys()
+        for name in names:
+            found = parsed.lookup(name)
+            if found is not None:
+                for keytype in found:
+                    mine.add(name, keytype, found[keytype])
+        digest = hashlib.sha256("\0".join([str(path.resolve()), *names]).encode()).hexdigest()
+        out = self.directory / f"{digest[:24]}.known_hosts"
+        with self._lock:
+            mine.save(str(out))
+        return out

@@ -1,0 +1,91 @@
+"""The collection plan for roles/evidence_collect: every probe a `runbook collect` would run,
+rendered here (in templating's sandbox, every value shell-quoted) and handed to Ansible as a
+variable, so a node needs nothing installed beyond the Python Ansible already needs, and the
+exact commands are in the job's extra vars for anyone to read before it runs.
+
+Rendered without a node to look at: a command template that reads an earlier stage's facts
+(the shipped runbook finds the pod's cgroup from pod.json) sees none, and takes the same
+branch as on a node where that fact is absent; give the value as a variable instead
+(`--var cgroup_dir=…`). Such probes are listed in `evidence_collect_notes`.
+
+The plan is YAML with every command tagged `!unsafe`: Ansible must not template a command
+(a `{{` in an awk script or a value would otherwise be evaluated on the controller).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from runbook.conductor import Conductor
+from runbook.executor import PREAMBLE
+from runbook.spec.models import Runbook
+from runbook.transports.base import Probe
+
+
+def collection_plan(runbook: Runbook, variables: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The role's variables: `evidence_collect_probes` (name, command, timeout, in the order a
+    collection runs them, first of each name kept), `evidence_collect_meta` (bundle.yaml
+    fields from the variables) and `evidence_collect_notes`."""
+    conductor = Conductor(runbook, variables)
+    probes: list[Probe] = list(PREAMBLE)
+    notes: list[str] = []
+    seen = {p.name for p in probes}
+    for stage in runbook.stages:
+        rendered, errors = conductor.probes(stage)
+        notes += [f"{stage.id}: {e}" for e in errors]
+        for probe in rendered:
+            if probe.name not in seen:
+                seen.add(probe.name)
+                probes.append(probe)
+        for item in stage.collect:
+            if "facts." in item.command:
+                notes.append(
+                    f"{stage.id}: {item.name} is rendered without the facts of earlier stages"
+                )
+    meta: dict[str, Any] = {}
+    for key in ("pod", "namespace"):
+        value = conductor.vars.get(key)
+        if value not in (None, "") and (key != "namespace" or conductor.vars.get("pod")):
+            meta[key] = str(value)
+    if conductor.vars.get("cgroup_dir"):
+        meta["cgroup_dir"] = str(conductor.vars["cgroup_dir"])
+    return {
+        "evidence_collect_runbook": runbook.id,
+        "evidence_collect_probes": [
+            {"name": p.name, "command": p.command, "timeout": p.timeout} for p in probes
+        ],
+        "evidence_collect_meta": meta,
+        "evidence_collect_notes": notes,
+    }
+
+
+class _Unsafe(str):
+    """A string written with Ansible's `!unsafe` tag."""
+
+
+class _PlanDumper(yaml.SafeDumper):
+    pass
+
+
+def _unsafe(dumper: yaml.SafeDumper, value: _Unsafe) -> yaml.ScalarNode:
+    return dumper.represent_scalar("!unsafe", str(value), style="'")
+
+
+_PlanDumper.add_representer(_Unsafe, _unsafe)
+
+
+def dump_plan(plan: Mapping[str, Any]) -> str:
+    """The plan as an extra-vars file (`ansible-playbook … -e @plan.yml`)."""
+    data = dict(plan)
+    data["evidence_collect_probes"] = [
+        {**p, "command": _Unsafe(p["command"])} for p in plan["evidence_collect_probes"]
+    ]
+    header = (
+        "# runbook collect plan: the probes of one runbook, rendered for\n"
+        "# playbooks/collect.yml (ansible-playbook playbooks/collect.yml -e @THIS_FILE\n"
+        "#   -e evidence_collect_dest=DIR); commands are !unsafe: Ansible must not template them\n"
+    )
+    return header + yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=1000)

@@ -1,0 +1,147 @@
+"""Progress of a sweep: a live bar on a terminal (hosts done / failing / unreachable, rate,
+ETA), one plain line per host otherwise (cron mail, CI logs, `kubectl logs`). Both on stderr,
+so `--format json` keeps stdout for the result."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.text import Text
+
+from runbook.sweep.results import FAILING, NOT_SWEPT, HostResult, Status, SweepResult
+
+
+class _Tally:
+    def __init__(self) -> None:
+        self.done = self.failing = self.unreachable = 0
+        self.started = time.monotonic()
+
+    def add(self, result: HostResult) -> None:
+        self.done += 1
+        if result.status in FAILING:
+            self.failing += 1
+        elif result.status in NOT_SWEPT:
+            self.unreachable += 1
+
+    def rate(self) -> float:
+        elapsed = time.monotonic() - self.started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+
+class _RateColumn(ProgressColumn):
+    def render(self, task: Task) -> Text:
+        elapsed = task.elapsed or 0.0
+        rate = task.completed / elapsed if elapsed > 0 else 0.0
+        return Text(f"{rate:.1f} hosts/s", style="progress.data.speed")
+
+
+class _TallyColumn(ProgressColumn):
+    def __init__(self, tally: _Tally) -> None:
+        super().__init__()
+        self.tally = tally
+
+    def render(self, task: Task) -> Text:
+        t = self.tally
+        text = Text()
+        text.append(f"{t.done - t.failing - t.unreachable} ok", style="green")
+        text.append("  ")
+        text.append(f"{t.failing} failing", style="bold red" if t.failing else "dim")
+        text.append("  ")
+        text.append(f"{t.unreachable} unreachable", style="yellow" if t.unreachable else "dim")
+        return text
+
+
+class BarProgress:
+    """rich's live progress bar (a terminal)."""
+
+    def __init__(self, console: Console, title: str) -> None:
+        self.tally = _Tally()
+        self.title = title
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            _TallyColumn(self.tally),
+            _RateColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: Any = None
+
+    def started(self, total: int) -> None:
+        self.progress.start()
+        self._task = self.progress.add_task(self.title, total=total)
+
+    def host_done(self, result: HostResult) -> None:
+        self.tally.add(result)
+        self.progress.advance(self._task)
+        if result.status is not Status.HEALTHY:
+            what = result.root_cause if result.verdict is not None else result.error
+            self.progress.console.print(
+                f"  {result.host}: {result.status.value}"
+                + (f" — {' '.join(str(what).split())[:160]}" if what else ""),
+                highlight=False,
+                markup=False,
+            )
+
+    def finished(self, result: SweepResult) -> None:
+        self.progress.stop()
+
+
+class LineProgress:
+    """One line per host and a summary line (not a terminal)."""
+
+    def __init__(self, stream: IO[str], title: str) -> None:
+        self.stream = stream
+        self.title = title
+        self.tally = _Tally()
+        self.total = 0
+
+    def _write(self, line: str) -> None:
+        self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def started(self, total: int) -> None:
+        self.total = total
+        self._write(f"{self.title}: {total} hosts")
+
+    def host_done(self, result: HostResult) -> None:
+        self.tally.add(result)
+        what = result.root_cause if result.verdict is not None else result.error
+        detail = f" {' '.join(str(what).split())[:200]}" if what else ""
+        self._write(
+            f"[{self.tally.done}/{self.total}] {result.host} {result.status.value}{detail} "
+            f"({result.duration_s:.1f}s)"
+        )
+
+    def finished(self, result: SweepResult) -> None:
+        t = self.tally
+        self._write(
+            f"done: {t.done} hosts in {result.duration_s:.1f}s ({t.rate():.1f} hosts/s): "
+            f"{t.done - t.failing - t.unreachable} ok, {t.failing} failing, "
+            f"{t.unreachable} unreachable"
+        )
+
+
+def progress_for(title: str, stream: IO[str] | None = None) -> BarProgress | LineProgress:
+    """The bar on a terminal, lines otherwise."""
+    stream = stream or sys.stderr
+    if stream.isatty():
+        return BarProgress(Console(file=stream, highlight=False), title)
+    return LineProgress(stream, title)

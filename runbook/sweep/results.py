@@ -1,0 +1,217 @@
+"""What a sweep produces: one `HostResult` per host, and the `SweepResult` holding them all.
+
+Results are data (STYLE §3): a host that could not be reached, refused us or hung is a result
+with a status and a one-line error, exactly like a host that was diagnosed; nothing is raised.
+
+Statuses, and how they count::
+
+    healthy        the runbook found nothing (its verdict's root_cause is `healthy`)
+    finding        the verdict names a root cause
+    inconclusive   the verdict is `inconclusive`: the node could not be cleared (a finding too)
+    unreachable    no connection (refused, no route, timed out connecting, no node agent)
+    refused        the host answered but we would not or could not log in (host key, auth)
+    timeout        the host did not finish within its per-host deadline (a hang)
+    error          anything else: an inventory entry we cannot use, an internal failure
+
+Exit code of a sweep: 1 if any host has a finding (or is inconclusive), else 3 if any was not
+swept (unreachable, refused, timeout, error), else 0.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SWEEP_FORMAT = 1
+
+
+class Status(str, enum.Enum):
+    HEALTHY = "healthy"
+    FINDING = "finding"
+    INCONCLUSIVE = "inconclusive"
+    UNREACHABLE = "unreachable"
+    REFUSED = "refused"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+#: hosts the runbook could not clear
+FAILING = frozenset({Status.FINDING, Status.INCONCLUSIVE})
+#: hosts the runbook never got to analyse
+NOT_SWEPT = frozenset({Status.UNREACHABLE, Status.REFUSED, Status.TIMEOUT, Status.ERROR})
+
+#: root causes, worst first: what takes a node out of service before what a job can fix
+SEVERITY = (
+    "gpu-hardware",
+    "pcie-error",
+    "host-memory-oom",
+    "gpu-memory-oom",
+    "shm-exhausted",
+    "rdma-misconfigured",
+    "p2p-unavailable",
+    "network-socket",
+    "peer-rank-exited",
+    "inconclusive",
+    "healthy",
+)
+_CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
+
+
+def status_of(verdict: Mapping[str, Any]) -> Status:
+    cause = verdict.get("root_cause")
+    if cause == "healthy":
+        return Status.HEALTHY
+    if cause == "inconclusive" or not cause:
+        return Status.INCONCLUSIVE
+    return Status.FINDING
+
+
+@dataclass(frozen=True)
+class HostResult:
+    """One host's outcome: its verdict (DESIGN §5) when it was swept, else its error."""
+
+    host: str
+    target: str
+    status: Status
+    duration_s: float = 0.0
+    groups: tuple[str, ...] = ()
+    verdict: dict[str, Any] | None = None
+    error: str | None = None
+    #: ids of the proposals this host's verdict put in the approval queue
+    queued: tuple[str, ...] = ()
+    #: the host's run directory (events, bundle, verdict) with --keep-bundles
+    run_dir: str | None = None
+
+    @property
+    def root_cause(self) -> str | None:
+        return None if self.verdict is None else str(self.verdict.get("root_cause") or "")
+
+    def __repr__(self) -> str:
+        what = self.root_cause or self.error or ""
+        return f"<HostResult {self.host} {self.status.value} {what[:40]!r}>"
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "host": self.host,
+            "target": self.target,
+            "groups": list(self.groups),
+            "status": self.status.value,
+            "duration_s": round(self.duration_s, 3),
+            "root_cause": self.root_cause,
+        }
+        if self.verdict is not None:
+            data["verdict"] = self.verdict
+        if self.error is not None:
+            data["error"] = self.error
+        if self.queued:
+            data["queued"] = list(self.queued)
+        if self.run_dir:
+            data["run_dir"] = self.run_dir
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HostResult:
+        verdict = data.get("verdict")
+        return cls(
+            host=str(data["host"]),
+            target=str(data.get("target") or ""),
+            status=Status(data["status"]),
+            duration_s=float(data.get("duration_s") or 0.0),
+            groups=tuple(str(g) for g in data.get("groups") or ()),
+            verdict=dict(verdict) if isinstance(verdict, Mapping) else None,
+            error=None if data.get("error") is None else str(data["error"]),
+            queued=tuple(str(q) for q in data.get("queued") or ()),
+            run_dir=data.get("run_dir"),
+        )
+
+
+def severity_key(result: HostResult) -> tuple[int, int, str]:
+    """Worst first: by root cause (SEVERITY), then confidence, then name."""
+    cause = result.root_cause or ""
+    rank = SEVERITY.index(cause) if cause in SEVERITY else len(SEVERITY) - 2
+    confidence = _CONFIDENCE.get(str((result.verdict or {}).get("confidence")), 3)
+    return (rank, confidence, result.host)
+
+
+@dataclass
+class SweepResult:
+    """Every host's outcome and how the sweep ran. `mode` is `sweep`, `analyze-dir` or
+    `merge`; `shards` lists the `K/N` shards a merge joined (`missing_shards` those absent)."""
+
+    runbook: str
+    source: str
+    hosts: list[HostResult]
+    started_at: str
+    finished_at: str
+    duration_s: float
+    mode: str = "sweep"
+    shard: str | None = None
+    forks: int = 0
+    timeout_per_host_s: float = 0.0
+    shards: list[str] = field(default_factory=list)
+    missing_shards: list[str] = field(default_factory=list)
+    #: unix time the sweep finished (a merge: the oldest shard's), for runbook.prom
+    finished_ts: float = 0.0
+
+    def counts(self) -> dict[str, int]:
+        counts = {status.value: 0 for status in Status}
+        for result in self.hosts:
+            counts[result.status.value] += 1
+        return counts
+
+    def by_status(self, statuses: Iterable[Status]) -> list[HostResult]:
+        wanted = set(statuses)
+        return [r for r in self.hosts if r.status in wanted]
+
+    def exit_code(self) -> int:
+        if self.by_status(FAILING):
+            return 1
+        if self.by_status(NOT_SWEPT) or self.missing_shards:
+            return 3
+        return 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": SWEEP_FORMAT,
+            "kind": "runbook-sweep",
+            "mode": self.mode,
+            "runbook": self.runbook,
+            "source": self.source,
+            "shard": self.shard,
+            "shards": list(self.shards),
+            "missing_shards": list(self.missing_shards),
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "finished_ts": round(self.finished_ts, 3),
+            "duration_s": round(self.duration_s, 3),
+            "forks": self.forks,
+            "timeout_per_host_s": self.timeout_per_host_s,
+            "counts": self.counts(),
+            "exit_code": self.exit_code(),
+            "hosts": [r.as_dict() for r in self.hosts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
+        return cls(
+            runbook=str(data.get("runbook") or ""),
+            source=str(data.get("source") or ""),
+            hosts=[HostResult.from_dict(h) for h in data.get("hosts") or ()],
+            started_at=str(data.get("started_at") or ""),
+            finished_at=str(data.get("finished_at") or ""),
+            duration_s=float(data.get("duration_s") or 0.0),
+            mode=str(data.get("mode") or "sweep"),
+            shard=data.get("shard"),
+            forks=int(data.get("forks") or 0),
+            timeout_per_host_s=float(data.get("timeout_per_host_s") or 0.0),
+            shards=[str(s) for s in data.get("shards") or ()],
+            missing_shards=[str(s) for s in data.get("missing_shards") or ()],
+            finished_ts=float(data.get("finished_ts") or 0.0),
+        )
+
+
+def ordered_findings(hosts: Sequence[HostResult]) -> list[HostResult]:
+    """The hosts the runbook could not clear, worst first."""
+    return sorted((r for r in hosts if r.status in FAILING), key=severity_key)

@@ -1,0 +1,187 @@
+"""A sweep: every host through the bounded pool, each verdict's proposals into the approval
+queue (never executed: a sweep only queues, `runbook approvals approve` runs), one
+`SweepResult` at the end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from runbook.errors import RunbookError
+from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm_templates
+from runbook.sweep.inventory import HostEntry
+from runbook.sweep.knownhosts import KnownHosts
+from runbook.sweep.pool import Job, run_pool
+from runbook.sweep.results import HostResult, Status, SweepResult
+
+log = logging.getLogger(__name__)
+
+
+class SweepObserver(Protocol):
+    def started(self, total: int) -> None: ...
+    def host_done(self, result: HostResult) -> None: ...
+    def finished(self, result: SweepResult) -> None: ...
+
+
+class NullSweepObserver:
+    def started(self, total: int) -> None:
+        pass
+
+    def host_done(self, result: HostResult) -> None:
+        pass
+
+    def finished(self, result: SweepResult) -> None:
+        pass
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def crashed_result(
+    name: str, target: str, groups: tuple[str, ...], job: Job, exc: BaseException
+) -> HostResult:
+    return HostResult(
+        name,
+        target,
+        Status.ERROR,
+        job.elapsed(),
+        groups,
+        error=f"internal error: {type(exc).__name__}: {exc}",
+    )
+
+
+class ProposalQueue:
+    """Puts a swept host's proposals in the approval queue (`source="sweep"`), with the target
+    as the sweep reached it, so `approvals approve` can re-check and reach the same node."""
+
+    def __init__(
+        self,
+        desk: Any,
+        *,
+        runbook_ref: str,
+        variables: Mapping[str, Any],
+        options: HostOptions,
+    ) -> None:
+        self.desk = desk
+        self.runbook_ref = runbook_ref
+        self.variables = dict(variables)
+        self.options = options
+
+    def target_of(self, entry: HostEntry) -> Any:
+        from runbook.remedies.plans import Target
+
+        identities = entry.identities or tuple(str(p) for p in self.options.identities)
+        known = entry.known_hosts or (
+            str(self.options.known_hosts) if self.options.known_hosts else None
+        )
+        return Target(
+            url=entry.target,
+            identities=tuple(str(Path(p).expanduser().resolve()) for p in identities),
+            known_hosts=str(Path(known).expanduser().resolve()) if known else None,
+            jump=entry.jump,
+            connect_timeout=entry.connect_timeout or self.options.connect_timeout,
+            nsenter=self.options.nsenter,
+            kubectl=self.options.kubectl,
+            kube_context=entry.kube_context or self.options.kube_context,
+        )
+
+    def __call__(self, entry: HostEntry, result: HostResult) -> tuple[str, ...]:
+        if result.verdict is None or not result.verdict.get("proposals"):
+            return ()
+        variables = {**self.options.runbook.vars, **entry.variables, **self.variables}
+        try:
+            queued = self.desk.queue_verdict(
+                result.verdict,
+                node=entry.name,
+                target=self.target_of(entry),
+                runbook_id=self.runbook_ref,
+                variables=variables,
+                run_dir=result.run_dir,
+                source="sweep",
+            )
+        except (RunbookError, sqlite3.Error, OSError) as exc:
+            log.warning("%s: could not queue its proposals: %s", entry.name, exc)
+            return ()
+        return tuple(str(q.proposal.id) for q in queued)
+
+
+def _pool(
+    entries: Sequence[HostEntry],
+    options: HostOptions,
+    *,
+    forks: int,
+    on_result: Callable[[HostResult], None],
+    grace_s: float,
+) -> None:
+    run_pool(
+        entries,
+        lambda entry, job: sweep_host(entry, options, job),
+        overdue=lambda entry, job: timeout_result(entry, job, options),
+        crashed=lambda entry, job, exc: crashed_result(
+            entry.name, entry.target, entry.groups, job, exc
+        ),
+        forks=forks,
+        deadline_s=options.timeout_per_host,
+        on_result=on_result,
+        grace_s=grace_s,
+    )
+
+
+def run_sweep(
+    entries: Sequence[HostEntry],
+    options: HostOptions,
+    *,
+    forks: int,
+    runbook_ref: str,
+    source: str,
+    shard: str | None = None,
+    observer: SweepObserver | None = None,
+    queue: Callable[[HostEntry, HostResult], tuple[str, ...]] | None = None,
+    grace_s: float = 1.0,
+) -> SweepResult:
+    """Sweep `entries` read-only; results in the entries' order."""
+    observer = observer or NullSweepObserver()
+    by_name = {e.name: e for e in entries}
+    final: dict[str, HostResult] = {}
+    started_at, t0 = now_iso(), time.monotonic()
+    warm_templates(options.runbook)
+    observer.started(len(entries))
+
+    def on_result(result: HostResult) -> None:
+        if queue is not None:
+            ids = queue(by_name[result.host], result)
+            if ids:
+                result = replace(result, queued=ids)
+        final[result.host] = result
+        observer.host_done(result)
+
+    private = tempfile.TemporaryDirectory(prefix="runbook-sweep-")
+    if not options.accept_new_host_keys:
+        options = replace(options, known_hosts_cache=KnownHosts(Path(private.name)))
+    try:
+        _pool(entries, options, forks=forks, on_result=on_result, grace_s=grace_s)
+    finally:
+        private.cleanup()
+    sweep = SweepResult(
+        runbook=runbook_ref,
+        source=source,
+        hosts=[final[e.name] for e in entries],
+        started_at=started_at,
+        finished_at=now_iso(),
+        duration_s=time.monotonic() - t0,
+        mode="sweep",
+        shard=shard,
+        forks=forks,
+        timeout_per_host_s=options.timeout_per_host,
+        finished_ts=time.time(),
+    )
+    observer.finished(sweep)
+    return sweep

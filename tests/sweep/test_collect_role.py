@@ -1,0 +1,124 @@
+"""The other engine's path gives the same verdicts: playbooks/collect.yml (roles/evidence_collect,
+through the real ansible-runner and ansible-playbook, over SSH to the same test hosts and the
+same inventory file) writes the evidence bundle on each host and fetches it; `runbook
+analyze-dir` analyses the fetched bundles; a live `runbook sweep` of the same hosts must reach
+the same root cause and the same first anomaly on every host."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+import pytest
+import yaml
+
+from runbook.spec import load_file, resolve
+from runbook.sweep.plan import collection_plan, dump_plan
+from tests.ansible.conftest import PLAYBOOKS, ansible_environment
+from tests.sweep import fleet
+from tests.sweep.helpers import runbook
+
+pytestmark = [pytest.mark.ansible, pytest.mark.ssh]
+
+KINDS = ["healthy", "oom", "xid"]
+
+
+@pytest.fixture
+def ansible_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    control = Path(tempfile.mkdtemp(prefix="rbk-cp-", dir="/tmp"))
+    try:
+        yield ansible_environment(tmp_path / "ansible", control)
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
+
+
+def test_ansible_collection_and_live_sweep_give_the_same_verdicts(
+    ssh_host: Any,
+    host_network: Any,
+    tmp_path: Path,
+    env: dict[str, str],
+    ansible_env: dict[str, str],
+) -> None:
+    hosts, known = fleet.build(ssh_host, host_network, KINDS, tmp_path, prefix="c")
+    inventory = fleet.write_inventory(
+        tmp_path / "inventory.yml", fleet.inventory(host_network, hosts, known)
+    )
+    plan = tmp_path / "plan.yml"  # what `runbook collect-plan nccl-init-failure -o` writes
+    plan.write_text(dump_plan(collection_plan(load_file(resolve("nccl-init-failure")))))
+    probes = yaml.safe_load(plan.read_text().replace("!unsafe ", ""))["evidence_collect_probes"]
+    assert {"hostname.txt", "dmesg.txt", "nvidia-smi-q.txt", "app/*.log"} <= {
+        p["name"] for p in probes
+    }
+
+    remote = tmp_path / "node-work"  # the hosts share this filesystem: look at it afterwards
+    remote.mkdir()
+    bundles = tmp_path / "bundles"
+    private = tmp_path / "runner"
+    private.mkdir()
+    result = ansible_runner.run(
+        private_data_dir=str(private),
+        project_dir=str(PLAYBOOKS),
+        playbook="collect.yml",
+        inventory=str(inventory),
+        envvars=ansible_env,
+        extravars={
+            "evidence_collect_dest": str(bundles),
+            "evidence_collect_remote_dir": str(remote),
+        },
+        cmdline=f"-e @{plan}",
+        quiet=True,
+    )
+    assert (result.status, result.rc) == ("successful", 0), result.stdout.read()[-4000:]
+    assert sorted(p.name for p in bundles.iterdir()) == [f"{n}.tar.gz" for n in sorted(hosts)]
+    assert list(remote.iterdir()) == []  # the work directory left the node
+    with tarfile.open(bundles / f"{next(iter(hosts))}.tar.gz") as tar:
+        members = set(tar.getnames())
+    assert {"bundle/bundle.yaml", "bundle/dmesg.txt", "bundle/dmesg.txt.rc"} <= members
+
+    # the offline analysis and the live sweep are independent: run them side by side
+    with ThreadPoolExecutor(max_workers=2) as both:
+        offline_run = both.submit(
+            runbook,
+            [
+                "analyze-dir",
+                str(bundles),
+                "--report",
+                str(tmp_path / "offline"),
+                "--format",
+                "json",
+            ],
+            env,
+        )
+        live_run = both.submit(
+            runbook,
+            [
+                "sweep",
+                "nccl-init-failure",
+                "-i",
+                str(inventory),
+                "--report",
+                str(tmp_path / "live"),
+                "--format",
+                "json",
+            ],
+            env,
+        )
+        analyzed, swept = offline_run.result(), live_run.result()
+    assert analyzed.rc == 1 and swept.rc == 1, (analyzed.stderr, swept.stderr)
+    offline = {h["host"]: h["verdict"] for h in analyzed.json()["hosts"]}
+    live = {h["host"]: h["verdict"] for h in swept.json()["hosts"]}
+    assert set(offline) == set(live) == set(hosts)
+    for name, (_, kind) in hosts.items():
+        assert offline[name]["root_cause"] == live[name]["root_cause"] == fleet.EXPECTED[kind]
+        assert offline[name]["first_anomaly"] == live[name]["first_anomaly"], name
+        assert offline[name]["node"] == live[name]["node"] == name
+        statuses = [(s["id"], s["status"]) for s in offline[name]["stages"]]
+        assert statuses == [(s["id"], s["status"]) for s in live[name]["stages"]], name
+    for report in ("sweep.json", "sweep.md", "junit.xml", "runbook.prom"):
+        assert (tmp_path / "offline" / report).is_file()

@@ -1,0 +1,139 @@
+"""analyze-dir over the recorded bundle corpus, and the four reports rendered from its real
+verdicts: each recorded bundle reaches the root cause it records, sweep.md orders findings
+worst first, junit.xml and runbook.prom stay valid whatever text a host name or an error
+carries, and a rewrite never leaves a reader a half file."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runbook.spec import load_file, resolve
+from runbook.sweep.analyze import analyze_dir
+from runbook.sweep.merge import merge
+from runbook.sweep.reports import write_reports
+from runbook.sweep.results import HostResult, Status, SweepResult
+from tests.sweep.helpers import REPO, parse_prom
+
+CORPUS = REPO / "tests" / "bundles"
+PICKED = (
+    "healthy",
+    "gpu-hardware-xid79",
+    "host-oom-cgroup-dir-v2",
+    "pcie-fatal-aer",
+    "inconclusive",
+    "shm-exhausted",
+)
+
+
+@pytest.fixture(scope="module")
+def corpus_sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepResult:
+    fetched = tmp_path_factory.mktemp("fetched")
+    for name in PICKED[1:]:
+        (fetched / name).symlink_to(CORPUS / name, target_is_directory=True)
+    with tarfile.open(fetched / "healthy.tar.gz", "w:gz") as tar:  # as collect.yml fetches
+        tar.add(CORPUS / "healthy", arcname="bundle")
+    (fetched / "broken").mkdir()
+    (fetched / "broken" / "bundle.yaml").write_text("format: 7\nnode: x\n")
+    runbook = load_file(resolve("nccl-init-failure"))
+    return analyze_dir(fetched, runbook, runbook_ref="nccl-init-failure", forks=3)
+
+
+def test_every_recorded_bundle_reaches_its_recorded_root_cause(corpus_sweep: SweepResult) -> None:
+    hosts = {h.host: h for h in corpus_sweep.hosts}
+    assert sorted(hosts) == sorted([*PICKED, "broken"])
+    for name in PICKED:
+        expected = yaml.safe_load((CORPUS / name / "expected.yaml").read_text())
+        assert hosts[name].root_cause == expected["root_cause"], name
+    assert hosts["broken"].status is Status.ERROR
+    assert "unknown bundle format 7" in str(hosts["broken"].error)
+    assert corpus_sweep.exit_code() == 1
+
+
+def test_sweep_md_lists_findings_worst_first(corpus_sweep: SweepResult, tmp_path: Path) -> None:
+    write_reports(corpus_sweep, tmp_path)
+    text = (tmp_path / "sweep.md").read_text()
+    findings = text.split("## Findings, worst first", 1)[1].split("## Not swept", 1)[0]
+    order = [
+        line.split(": ", 1)[1].split(" (")[0]
+        for line in findings.splitlines()
+        if line.startswith("### ")
+    ]
+    assert order == [
+        "gpu-hardware",
+        "pcie-error",
+        "host-memory-oom",
+        "shm-exhausted",
+        "inconclusive",
+    ]
+    assert "| broken | error |" in text
+    assert "Healthy: healthy." in text
+
+
+def test_reports_stay_valid_whatever_text_they_carry(
+    corpus_sweep: SweepResult, tmp_path: Path
+) -> None:
+    nasty = 'rack"7\\a|b\nc\x07'
+    sweep = SweepResult(
+        **{
+            **corpus_sweep.__dict__,
+            "hosts": [
+                *corpus_sweep.hosts,
+                HostResult(
+                    nasty, "ssh://root@h:22", Status.UNREACHABLE, 1.0, error='no\x00route | "x"'
+                ),
+                HostResult(
+                    "ok-but-odd",
+                    "ssh://root@o:22",
+                    Status.HEALTHY,
+                    1.0,
+                    verdict={"root_cause": "healthy", "node": nasty},
+                ),
+            ],
+        }
+    )
+    write_reports(sweep, tmp_path)
+    root = ET.parse(tmp_path / "junit.xml").getroot()  # parses: no raw control characters
+    names = [c.get("name") for c in root.iter("testcase")]
+    assert len(names) == len(sweep.hosts) and 'rack"7\\a|b\nc\ufffd' in names
+    samples = parse_prom((tmp_path / "runbook.prom").read_text())
+    nodes = {labels["node"] for labels, _ in samples["runbook_root_cause"]}
+    assert "ok-but-odd" in nodes and nasty not in nodes  # an unreachable host has no cause
+    hosts = {labels["status"]: v for labels, v in samples["runbook_sweep_hosts"]}
+    assert hosts["unreachable"] == 1 and hosts["error"] == 1
+    md = (tmp_path / "sweep.md").read_text()
+    assert 'rack"7\\a\\|b c\x07' in md  # one table row: the pipe escaped, the newline folded
+    assert json.loads((tmp_path / "sweep.json").read_text())["counts"]["unreachable"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["sweep.json", "sweep.md", "junit.xml", "runbook.prom"]
+    )  # no temporary left
+
+
+def test_a_merge_keeps_the_latest_result_of_a_host_and_the_stalest_success(
+    corpus_sweep: SweepResult,
+) -> None:
+    old = SweepResult(
+        **{**corpus_sweep.__dict__, "shard": "1/2", "finished_ts": 100.0, "duration_s": 10.0}
+    )
+    redo = HostResult(
+        "healthy", "replay://x", Status.FINDING, 1.0, verdict={"root_cause": "gpu-hardware"}
+    )
+    new = SweepResult(
+        **{
+            **corpus_sweep.__dict__,
+            "shard": "2/2",
+            "finished_ts": 200.0,
+            "duration_s": 5.0,
+            "hosts": [redo],
+        }
+    )
+    merged = merge([new, old])
+    hosts = {h.host: h for h in merged.hosts}
+    assert hosts["healthy"].root_cause == "gpu-hardware"  # the later shard's result
+    assert merged.finished_ts == 100.0 and merged.duration_s == pytest.approx(110.0)
+    assert merged.shards == ["1/2", "2/2"] and merged.missing_shards == []
