@@ -162,6 +162,10 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
         console.print(f"  result: {p.result.get('status')} (rc {p.result.get('rc')})")
         for line in p.result.get("failed") or []:
             console.print(f"    failed: {escape(str(line))}")
+    if p.verification:
+        from runbook.recovery.render import print_lines, verification_lines
+
+        print_lines(console, [f"  {line}" for line in verification_lines(p.verification)])
 
 
 @approvals.command("show")
@@ -236,7 +240,12 @@ def approve_cmd(ctx: click.Context, pid: str, as_user: str | None, no_recheck: b
             guard_fn=live.drain_guard,
             on_task=task_printer(console),
         )
-    report_execution(console, execution)
+        report_execution(console, execution)
+        if execution.ok:
+            from runbook.recovery.offer import offer_verification
+
+            offer_verification(console, desk, execution.proposal,
+                               interactive=sys.stdin.isatty(), as_user=as_user)
     if not execution.ok:
         raise click.exceptions.Exit(1)
 
@@ -420,3 +429,8 @@ def guided_approvals(
             console.print(f"  [red]{escape(exc.one_line())}[/]")
             continue
         report_execution(console, execution)
+        if execution.ok:
+            from runbook.recovery.offer import offer_verification
+
+            offer_verification(console, desk, execution.proposal, interactive=interactive,
+                               as_user=as_user)

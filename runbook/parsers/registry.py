@@ -55,3 +55,4 @@ def _load_builtin() -> None:
     # importing the package registers every shipped parser module
     import runbook.parsers  # noqa: F401
     from runbook.parsers import procmem  # noqa: F401  (registered here: not imported by the package)
+    from runbook.parsers import recovery as _recovery  # noqa: F401  (the recovery check)

@@ -1,0 +1,108 @@
+"""After an approved remedy succeeded: offer the recovery check of that proposal.
+
+On a terminal the person who approved is asked whether to run it now (the same target, the
+proposal's own variables); otherwise, and for a proposal made from a replayed bundle (there is
+no live node to check), the exact `runbook verify` command is printed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from runbook.remedies import plans
+from runbook.remedies.store import Proposal
+
+
+def verify_command(desk: Any, proposal: Proposal, *, target: str | None = None) -> str:
+    """`runbook verify ID --target URL` (with `--db` when the store is not the configured one)."""
+    from runbook import config as config_mod
+
+    argv = ["runbook", "verify", proposal.id]
+    try:
+        default_db = config_mod.load(desk.config.source).db
+    except Exception:  # an unreadable config: name the store explicitly
+        default_db = None
+    if default_db is None or Path(desk.config.db) != Path(default_db):
+        argv += ["--db", str(desk.config.db)]
+    url = target or (proposal.target or {}).get("url")
+    if url:
+        argv += ["--target", str(url)]
+    return shlex.join(argv)
+
+
+def open_stored_target(target: plans.Target) -> Any:
+    from runbook.targets import TargetOptions, open_target
+
+    return open_target(target.url, TargetOptions(
+        identities=tuple(Path(p) for p in target.identities),
+        known_hosts=Path(target.known_hosts) if target.known_hosts else None,
+        jump=target.jump,
+        connect_timeout=target.connect_timeout,
+        nsenter=target.nsenter,
+        kubectl=target.kubectl,
+        kube_context=target.kube_context,
+    ))
+
+
+def offer_verification(
+    console: Console, desk: Any, proposal: Proposal, *, interactive: bool,
+    as_user: str | None = None,
+) -> None:
+    if proposal.state != "succeeded":
+        return
+    target = plans.Target.from_dict(proposal.target) if proposal.target else None
+    if target is None or not target.live:
+        node = proposal.node or "NODE"
+        command = verify_command(desk, proposal, target=f"ssh://root@{node}")
+        console.print(f"  check that the fix held, on the live node: {escape(command)}")
+        return
+    command = verify_command(desk, proposal)
+    if not interactive:
+        console.print(f"  check that the fix held: {escape(command)}")
+        return
+    if not click.confirm("  run the recovery check now (collective test, then the staged "
+                         "replay of the job)?", default=False, err=True):
+        console.print(f"  later: {escape(command)}")
+        return
+    run_now(console, desk, proposal, target, as_user=as_user)
+
+
+def run_now(
+    console: Console, desk: Any, proposal: Proposal, target: plans.Target,
+    *, as_user: str | None = None,
+) -> None:
+    from runbook.console import GuidedConsole
+    from runbook.errors import RunbookError
+    from runbook.recovery.render import print_lines, print_verification, stage_lines
+    from runbook.recovery.verify import ReplayRequest, new_run_dir, verify
+    from runbook.remedies.approval import actor_name
+
+    try:
+        transport = open_stored_target(target)
+    except RunbookError as exc:
+        console.print(f"  [red]cannot reach {escape(target.url)}: {escape(exc.one_line())}[/]")
+        return
+    try:
+        result = verify(
+            desk, proposal.id, transport,
+            variables={},
+            request=ReplayRequest(),
+            node=proposal.node,
+            observer=GuidedConsole(console),
+            run_dir=new_run_dir(),
+            actor=actor_name(as_user),
+            on_stage=lambda s: console.print(f"  replaying stage {s.index}: {escape(s.label)}"),
+            on_result=lambda r: print_lines(console, [f"  {x}" for x in stage_lines(r.as_dict())]),
+        )
+    except RunbookError as exc:
+        console.print(f"  [red]{escape(exc.one_line())}[/]")
+        return
+    finally:
+        transport.close()
+    print_verification(console, result.proposal.verification or {})

@@ -1,0 +1,227 @@
+"""The recovery check of an approved proposal: both layers, and the verdict recorded against it.
+
+1. the nccl-recovery-check runbook walked on the node (the collective test);
+2. for a memory remedy (`memory-limit`, `reduce-loader-memory`), or whenever a job command is
+   given, the staged replay of the job under the pod's limit (runbook.recovery.replay).
+
+`verified` when the collective test is healthy and the replay (when it applies) fitted every
+stage; otherwise `failed-verification` with the first reason. A memory remedy whose replay
+cannot run (no job command, no stages, no cgroup) is not verified: saying it held would be a
+guess. `--no-replay` skips the second layer on purpose, and the reason says so.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import RunbookError
+from runbook.recovery.replay import (
+    DEFAULT_PATTERN,
+    ReplayOutcome,
+    ReplaySpec,
+    run_replay,
+    validate,
+)
+from runbook.recovery.stages import Stage, StageResult, ladder, parse_headroom, stages_from
+from runbook.remedies.approval import Desk, Refused
+from runbook.remedies.store import Proposal
+from runbook.remedies.verification import record, verifiable
+from runbook.transports.base import Transport
+
+RUNBOOK = "nccl-recovery-check"
+MEMORY_KINDS = ("memory-limit", "reduce-loader-memory")
+#: the recovery runbook's own variables, taken from the proposal's run when it set them
+RUNBOOK_VARS = ("gpus", "repeats", "nodes", "hosts", "nics", "socket_ifname", "ib_gid_index",
+                "nccl_version", "min_busbw", "max_spread_pct", "run_timeout")
+
+
+@dataclass
+class ReplayRequest:
+    command: str | None = None
+    stages: Sequence[str] = ()
+    pod_cgroup: str | None = None
+    headroom: str = "10%"
+    duration_s: float = 300.0
+    python: str = "python3"
+    collective_pattern: str | None = None
+    skip: bool = False
+
+
+@dataclass
+class VerifyResult:
+    proposal: Proposal
+    verified: bool
+    reason: str
+    verdict: dict[str, Any]
+    replay: ReplayOutcome | None
+    replay_note: str | None
+    run_dir: Path | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def new_run_dir() -> Path:
+    """`<state dir>/runs/<UTC stamp>-nccl-recovery-check-<hex>`, as `runbook run` names runs."""
+    import datetime as dt
+    import secrets
+
+    from runbook.config import state_dir
+
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return state_dir() / "runs" / f"{stamp}-{RUNBOOK}-{secrets.token_hex(3)}"
+
+
+def _expected_limit(proposal: Proposal) -> int | None:
+    """The limit a memory-limit proposal set, computed as its plan computed it."""
+    if proposal.kind != "memory-limit":
+        return None
+    from runbook.remedies import estimate
+
+    try:
+        return estimate.from_params(dict(proposal.params)).limit_bytes
+    except RunbookError:
+        return None
+
+
+def _original_config(proposal: Proposal) -> dict[str, str]:
+    knobs = {k: str(proposal.vars[k]) for k in ("workers", "prefetch", "batch")
+             if proposal.vars.get(k) not in (None, "")}
+    measured = proposal.params.get("workers_per_rank")
+    if "workers" not in knobs and str(measured or "").isdigit():
+        knobs["workers"] = str(measured)
+    return knobs
+
+
+def replay_spec_for(proposal: Proposal, request: ReplayRequest) -> tuple[ReplaySpec | None, str]:
+    """The replay to run for this proposal, or None and why not."""
+    if request.skip:
+        return None, "skipped (--no-replay)"
+    command = request.command or proposal.vars.get("job_command")
+    if not command:
+        return None, "no job command (--command CMD, or --var job_command=CMD on the run)"
+    stages: list[Stage]
+    if request.stages:
+        stages = stages_from(request.stages)
+    elif proposal.vars.get("replay_stages"):
+        stages = stages_from([str(proposal.vars["replay_stages"])])
+    elif knobs := _original_config(proposal):
+        stages = ladder(knobs)
+    else:
+        return None, "no stages (--stage K=V,…, or the job's workers/prefetch/batch)"
+    pod = request.pod_cgroup or proposal.vars.get("cgroup_dir")
+    if not pod:
+        return None, "no pod cgroup (--cgroup DIR, or --var cgroup_dir=DIR on the run)"
+    spec = ReplaySpec(
+        pod_cgroup=str(pod),
+        command=str(command),
+        stages=stages,
+        headroom=parse_headroom(request.headroom),
+        duration_s=request.duration_s,
+        python=request.python,
+        collective_pattern=request.collective_pattern or DEFAULT_PATTERN,
+        expected_limit_bytes=_expected_limit(proposal),
+    )
+    validate(spec)
+    return spec, ""
+
+
+def runbook_variables(proposal: Proposal, given: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: proposal.vars[k] for k in RUNBOOK_VARS if proposal.vars.get(k) not in (None, "")}
+    out.update(given)
+    return out
+
+
+def collective_summary(verdict: Mapping[str, Any]) -> dict[str, Any]:
+    stages: list[dict[str, Any]] = list(verdict.get("stages") or [])
+    stage = next((s for s in stages if s.get("id") == "collective-test"), {})
+    facts = (stage.get("facts") or {}).get("nccl_recovery") or {}
+    chain = verdict.get("chain") or []
+    return {
+        "root_cause": verdict.get("root_cause"),
+        "confidence": verdict.get("confidence"),
+        "failed": facts.get("failed") or [],
+        "criteria": facts.get("criteria") or {},
+        "summary": facts.get("summary") or (chain[0]["finding"] if chain else ""),
+        "threshold": facts.get("threshold"),
+        "transport": facts.get("transport"),
+        "bandwidth": facts.get("bandwidth"),
+        "fixed_set": facts.get("fixed_set"),
+        "gpu": facts.get("gpu"),
+    }
+
+
+def verify(
+    desk: Desk,
+    pid: str,
+    transport: Transport,
+    *,
+    variables: Mapping[str, Any],
+    request: ReplayRequest,
+    node: str | None = None,
+    observer: Any = None,
+    run_dir: Path | None = None,
+    actor: str | None = None,
+    on_stage: Callable[[Stage], None] | None = None,
+    on_result: Callable[[StageResult], None] | None = None,
+    on_collective: Callable[[Mapping[str, Any]], None] | None = None,
+) -> VerifyResult:
+    from runbook.executor import RunDirectory, execute
+    from runbook.spec import load_file, resolve
+
+    proposal = desk.store.get(pid)
+    why = verifiable(proposal)
+    if why:
+        raise Refused(why)
+    spec, note = replay_spec_for(proposal, request)
+    runbook = load_file(resolve(RUNBOOK))
+    directory = RunDirectory(run_dir) if run_dir else None
+    try:
+        walked = execute(runbook, transport, variables=runbook_variables(proposal, variables),
+                         observer=observer, run_dir=directory, node=node)
+    finally:
+        if directory:
+            directory.close()
+    verdict = walked.verdict
+    if on_collective:
+        on_collective(verdict)
+    collective = collective_summary(verdict)
+    outcome = run_replay(transport, spec, on_stage=on_stage, on_result=on_result) \
+        if spec is not None else None
+    healthy = verdict.get("root_cause") == "healthy"
+    replay_needed = proposal.kind in MEMORY_KINDS and not request.skip
+    if not healthy:
+        reason = f"collective test: {verdict.get('root_cause')}: {collective['summary']}"
+    elif outcome is not None and not outcome.passed:
+        reason = f"staged replay: {outcome.reason}"
+    elif outcome is None and replay_needed:
+        reason = f"staged replay not run: {note}"
+    else:
+        tail = f"staged replay: {outcome.reason}" if outcome is not None else (
+            f"staged replay {note}" if request.skip else f"no staged replay ({note})")
+        reason = f"collective test healthy; {tail}"
+    ok = healthy and (outcome.passed if outcome is not None else not replay_needed)
+    details: dict[str, Any] = {
+        "runbook": RUNBOOK,
+        "target": transport.description,
+        "node": verdict.get("node"),
+        "run_dir": str(walked.run_dir) if walked.run_dir else None,
+        "root_cause": verdict.get("root_cause"),
+        "layers": {
+            "collective": collective,
+            "replay": outcome.as_dict() if outcome is not None else {"skipped": note},
+        },
+    }
+    if walked.run_dir:
+        for judged in outcome.results if outcome is not None else []:
+            raw = Path(walked.run_dir) / "replay" / f"stage-{judged.stage.index}.json"
+            raw.parent.mkdir(parents=True, exist_ok=True)
+            raw.write_text(json.dumps(judged.report, indent=1, default=str))
+        (Path(walked.run_dir) / "verification.json").write_text(
+            json.dumps({"verified": ok, "reason": reason, **details}, indent=2, default=str)
+        )
+    updated = record(desk, pid, verified=ok, reason=reason, details=details, actor=actor)
+    return VerifyResult(updated, ok, reason, verdict, outcome, note or None,
+                        Path(walked.run_dir) if walked.run_dir else None, details)
