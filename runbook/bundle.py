@@ -362,3 +362,23 @@ def context_of(meta: BundleMeta) -> Mapping[str, Any]:
     if isinstance(meta.extra.get("utc_offset"), str):
         ctx["utc_offset"] = meta.extra["utc_offset"]
     return ctx
+
+
+#: optional bundle.yaml keys that become variable defaults when the bundle is replayed
+REPLAY_VARS = ("nodes", "cgroup_dir")
+
+
+def replay_defaults(meta: Any, variables: dict[str, Any]) -> dict[str, Any]:
+    """A replayed bundle's pod/namespace/ranks and REPLAY_VARS become defaults of the variables
+    of the same names (what the collector was told), set into `variables`; returns its
+    bundle.yaml as the parsers' context."""
+    defaults: dict[str, Any] = {"pod": meta.pod, "namespace": meta.namespace}
+    if meta.ranks is not None:
+        defaults["ranks"] = meta.ranks
+    for key in REPLAY_VARS:
+        if key in meta.extra and isinstance(meta.extra[key], str | int | float):
+            defaults[key] = meta.extra[key]
+    for key, value in defaults.items():
+        if value not in (None, "") and key not in variables:
+            variables[key] = value
+    return dict(context_of(meta))

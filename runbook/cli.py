@@ -149,28 +149,14 @@ def _open(target: str, kw: dict[str, Any]) -> Any:
     return open_target(target, options)
 
 
-#: optional bundle.yaml keys that become variable defaults when the bundle is replayed
-REPLAY_VARS = ("nodes", "cgroup_dir")
-
-
 def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
-    """For a replayed bundle: its node name and context, and its pod/namespace as defaults of
-    the variables of the same names (what the collector was told)."""
-    from runbook.bundle import context_of
+    """For a replayed bundle: its node name and context (runbook.bundle.replay_defaults)."""
+    from runbook.bundle import replay_defaults
     from runbook.transports.replay import ReplayTransport
 
     if isinstance(transport, ReplayTransport):
         meta = transport.bundle.meta
-        defaults: dict[str, Any] = {"pod": meta.pod, "namespace": meta.namespace}
-        if meta.ranks is not None:
-            defaults["ranks"] = meta.ranks
-        for key in REPLAY_VARS:
-            if key in meta.extra and isinstance(meta.extra[key], str | int | float):
-                defaults[key] = meta.extra[key]
-        for key, value in defaults.items():
-            if value not in (None, "") and key not in variables:
-                variables[key] = value
-        return meta.node, dict(context_of(meta))
+        return meta.node, replay_defaults(meta, variables)
     return None, {}
 
 

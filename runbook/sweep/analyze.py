@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runbook.bundle import replay_defaults
 from runbook.errors import BundleError, UsageError
 from runbook.executor import execute
 from runbook.spec.models import Runbook
@@ -28,7 +29,6 @@ from runbook.sweep.results import HostResult, Status, SweepResult, status_of
 from runbook.sweep.run import NullSweepObserver, SweepObserver, crashed_result, now_iso
 
 #: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
-REPLAY_VARS = ("nodes", "cgroup_dir")
 _ARCHIVES = (".tar.gz", ".tgz")
 
 
@@ -53,20 +53,8 @@ def find_bundles(directory: Path) -> list[tuple[str, Path]]:
 
 
 def replay_context(meta: Any, variables: dict[str, Any]) -> dict[str, Any]:
-    """As `runbook analyze`: the bundle's pod/namespace/ranks and REPLAY_VARS become variable
-    defaults; its bundle.yaml becomes the parsers' context."""
-    from runbook.bundle import context_of
-
-    defaults: dict[str, Any] = {"pod": meta.pod, "namespace": meta.namespace}
-    if meta.ranks is not None:
-        defaults["ranks"] = meta.ranks
-    for key in REPLAY_VARS:
-        if key in meta.extra and isinstance(meta.extra[key], str | int | float):
-            defaults[key] = meta.extra[key]
-    for key, value in defaults.items():
-        if value not in (None, "") and key not in variables:
-            variables[key] = value
-    return dict(context_of(meta))
+    """As `runbook analyze` (runbook.bundle.replay_defaults)."""
+    return replay_defaults(meta, variables)
 
 
 def analyze_bundle(
