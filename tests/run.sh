@@ -24,6 +24,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ -n "$added_policy" ] && rm -f /usr/sbin/policy-rc.d
 fi
 
+# the remedies render patches with `kubectl patch --local` (offline); the machine's kubectl is
+# used, never Debian's kubernetes-client (it would replace it)
+if ! command -v kubectl >/dev/null; then
+  echo "tests/run.sh: kubectl is required (the remedies' patches are rendered by kubectl patch --local)" >&2
+  exit 2
+fi
+
 python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv

@@ -6,7 +6,6 @@ cannot be carried over exactly."""
 from __future__ import annotations
 
 import difflib
-import shutil
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,6 @@ import yaml
 
 from runbook.remedies import kubectl, workload
 from runbook.remedies.manifest_edit import minimal_edit
-
-pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
 
 MANIFESTS = Path(__file__).parents[1] / "fixtures" / "manifests"
 
