@@ -230,3 +230,28 @@ def test_judging_a_stage_report() -> None:
     assert "ValueError: shard" in failed.reason
     broken = judge(stage, {"error": "not a memory cgroup"})
     assert not broken.passed and "could not run: not a memory cgroup" in broken.reason
+
+
+def test_bandwidth_is_judged_on_the_average_line_not_the_best_row() -> None:
+    """Rows at 20 and 60 GB/s with `# Avg bus bandwidth : 38`: the peak (60) clears a 40 GB/s
+    threshold, the average the check is specified on does not; both are reported."""
+    text = (HEADER
+            + "     8388608       2097152     float     sum      -1    900.0   9.32  20.00      0"
+              "    900.0   9.32  20.00      0\n"
+            + "  1073741824     268435456     float     sum      -1   1000.0  60.00  60.00      0"
+              "   1000.0  60.00  60.00      0\n"
+            + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 38.0000 \n#\n"
+            + "# runbook: exit status 0\n")
+    out = evaluate([RunInput("nccl-tests/recovery-1.txt", text.splitlines())], expect(nodes=1))
+    assert out["criteria"]["bandwidth"]["passed"] is False
+    assert "lowest average busbw 38.0 GB/s < 40 GB/s" in out["criteria"]["bandwidth"]["detail"]
+    assert "peak 60.0 GB/s" in out["criteria"]["bandwidth"]["detail"]
+    assert out["bandwidth"]["lowest_avg"] == 38.0 and out["bandwidth"]["lowest_peak"] == 60.0
+    passing = evaluate([RunInput("nccl-tests/recovery-1.txt", text.splitlines())],
+                       _expect_at(37.0))
+    assert passing["criteria"]["bandwidth"]["passed"] is True
+
+
+def _expect_at(gbps: float) -> Expectation:
+    return Expectation(threshold=thresholds.Threshold(gbps, "given", "H100", "nvlink", 1, 1),
+                       ranks=2, nodes=1, topology="nvlink")

@@ -170,7 +170,7 @@ def _limit_in(manifest: Path) -> int:
 def replayed(recovery_hosts: HostFactory, host_network: HostNetwork,
              tmp_path_factory: pytest.TempPathFactory) -> Any:
     host = recovery_hosts("rc-train")
-    shims.install(host, "h100-nvlink", {"model": "NVIDIA H100 80GB HBM3", "peak_busbw": 480.0})
+    shims.install(host, "h100-nvlink", {"model": "NVIDIA H100 80GB HBM3", "peak_busbw": 620.0})
     node = Node(host)
     # torch's files in the page cache before the job: charged where they were read, not to
     # the pod (as on a node where the image's layers are cached)

@@ -28,7 +28,8 @@ from tests.hosts.harness import HostNetwork, TestHost
 from tests.recovery import shims
 from tests.recovery.conftest import Cli
 
-H100 = {"model": "NVIDIA H100 80GB HBM3", "transport": "P2P/CUMEM/read", "peak_busbw": 480.0}
+# a plateau of 620 GB/s puts the shim's `# Avg bus bandwidth` at 470, over the 460 threshold
+H100 = {"model": "NVIDIA H100 80GB HBM3", "transport": "P2P/CUMEM/read", "peak_busbw": 620.0}
 
 
 def desk_for(db: Path) -> Desk:
