@@ -116,6 +116,37 @@ def target_options(func: F) -> F:
     return func
 
 
+def sanitize_options(func: F) -> F:
+    """--sanitize and --sanitize-map (runbook.report.sanitize)."""
+    func = click.option(
+        "--sanitize-map",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="With --sanitize: also write placeholder → original here (mode 0600), "
+        "never into the output.",
+    )(func)
+    return click.option(
+        "--sanitize",
+        is_flag=True,
+        help="Replace node, pod, namespace, job and image names, IPs, UUIDs, bus IDs, MACs "
+        "and container IDs with stable placeholders (<NODE_1>, <POD_UID_1>, …).",
+    )(func)
+
+
+def _sanitize_map(sanitize: bool, sanitize_map: str | None) -> Path | None:
+    if sanitize_map and not sanitize:
+        raise UsageError("--sanitize-map needs --sanitize")
+    return Path(sanitize_map) if sanitize_map else None
+
+
+def job_options(func: F) -> F:
+    from runbook.cli_job import job_option_decorators
+
+    for decorator in reversed(job_option_decorators()):
+        func = decorator(func)
+    return func
+
+
 def _target_record(target: str, kw: dict[str, Any]) -> Any:
     """The target as the approval store keeps it (to re-check the node, and for Ansible)."""
     from runbook.remedies.plans import Target
@@ -188,6 +219,10 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
     )
     # paramiko logs a traceback for each failed banner; our errors say it in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL)
+    from runbook.report.secrets import RedactingFilter
+
+    for handler in logging.getLogger().handlers:  # never a secret in a log (STYLE §10)
+        handler.addFilter(RedactingFilter())
 
 
 @cli.command()
@@ -195,7 +230,6 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
 @click.option(
     "--target",
     "-t",
-    required=True,
     help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | replay://BUNDLE",
 )
 @click.option(
@@ -219,13 +253,14 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
 )
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
+@job_options
 @target_options
 @click.pass_context
 def run(
     ctx: click.Context,
     /,
     runbook_ref: str,
-    target: str,
+    target: str | None,
     var_items: tuple[str, ...],
     no_input: bool,
     run_dir: str | None,
@@ -239,7 +274,27 @@ def run(
 
     Each proposal is queued in the approval store; on a terminal it then stops at a prompt
     showing its evidence and the Ansible check-mode diff: approve, deny (with a reason) or
-    skip (leave it queued). --no-input, or no terminal, never approves."""
+    skip (leave it queued). --no-input, or no terminal, never approves.
+
+    With --job (or --hosts-from-file) instead of --target: the whole failed job — every node
+    it ran on, read-only and at once — merged into one job verdict on one clock-corrected
+    time axis.
+
+    \b
+    runbook run nccl-init-failure --target ssh://root@gpu-node-07 --var pod=trainer-0
+    runbook run nccl-init-failure --job pytorchjob/ml/llama-ft
+    runbook run nccl-init-failure --job slurm:48211 --slurm-via ssh://login-1 --inventory inv/
+    runbook run nccl-init-failure --hosts-from-file job-hosts.txt"""
+    from runbook.cli_job import JOB_KEYS, run_job_command
+
+    job_kw = {key: kw.pop(key) for key in JOB_KEYS}
+    if job_kw["job"] or job_kw["hosts_from_file"]:
+        if target:
+            raise UsageError("give --target for one node, or --job/--hosts-from-file for a job")
+        run_job_command(ctx, runbook_ref, var_items, run_dir, fmt, db, job_kw, kw)
+        return
+    if not target:
+        raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
     from runbook import config as config_mod
     from runbook.console import GuidedConsole
     from runbook.executor import RunDirectory, execute
@@ -355,6 +410,7 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
     "--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir)."
 )
 @click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@sanitize_options
 @target_options
 def collect(
     target: str,
@@ -364,11 +420,17 @@ def collect(
     namespace: str | None,
     cgroup_dir: str | None,
     var_items: tuple[str, ...],
+    sanitize: bool,
+    sanitize_map: str | None,
     **kw: Any,
 ) -> None:
-    """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing."""
-    from runbook.bundle import BundleMeta, now_iso, write_bundle
+    """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing.
+
+    With --sanitize the bundle holds placeholders (<NODE_1>, <POD_UID_1>, …) instead of
+    identifiers, and still analyses to the same verdict."""
+    from runbook.bundle import BundleMeta, now_iso
     from runbook.executor import execute
+    from runbook.report.incident import check_map_path, write_collected
     from runbook.spec import load_file, resolve
 
     runbook = load_file(resolve(runbook_ref))
@@ -379,6 +441,9 @@ def collect(
     out = Path(output)
     if (out / "bundle.yaml").exists():
         raise UsageError(f"{out} already holds a bundle; choose another --output")
+    map_path = _sanitize_map(sanitize, sanitize_map)
+    if map_path is not None:
+        check_map_path(map_path, out)
     transport = _open(target, kw)
     try:
         result = execute(runbook, transport, variables=variables, collect_all=True)
@@ -391,12 +456,65 @@ def collect(
     meta = BundleMeta(
         node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace, extra=extra
     )
-    write_bundle(out, meta, result.results.values())
+    node = write_collected(out, meta, result.results.values(), sanitize=sanitize, map_path=map_path)
     failed = sum(1 for r in result.results.values() if r.failure)
     click.echo(
-        f"wrote {out}: {len(result.results)} files from {result.node}"
+        f"wrote {out}{' (sanitized)' if sanitize else ''}: {len(result.results)} files from {node}"
         + (f" ({failed} not collected or failed)" if failed else "")
     )
+
+
+@cli.command()
+@click.argument("path", metavar="BUNDLE_OR_RUN_DIR", type=click.Path(exists=True))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "json"]),
+    default="markdown",
+    show_default=True,
+)
+@click.option(
+    "--output", "-o", type=click.Path(dir_okay=False), help="Write the report here (not stdout)."
+)
+@click.option(
+    "--runbook",
+    "runbook_ref",
+    default="nccl-init-failure",
+    show_default=True,
+    help="For a bundle: the runbook to analyse it with.",
+)
+@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@sanitize_options
+def report(
+    path: str,
+    fmt: str,
+    output: str | None,
+    runbook_ref: str,
+    var_items: tuple[str, ...],
+    sanitize: bool,
+    sanitize_map: str | None,
+) -> None:
+    """The incident report of a run directory (its bundle/ and verdict.json) or a bundle:
+    conclusion first, evidence chain, the numbers, timeline, ruled out, fixes.
+
+    \b
+    runbook report ~/.local/state/nccl-runbook/runs/20260304T104000Z-nccl-init-failure-3f9c0a
+    runbook report ./bundle --sanitize --output incident.md"""
+    from runbook.report.incident import build_report, check_map_path, write_private
+
+    map_path = _sanitize_map(sanitize, sanitize_map)
+    if map_path is not None:
+        check_map_path(map_path, *([Path(output)] if output else []))
+    variables = parse_vars(var_items)
+    built = build_report(
+        Path(path), fmt=fmt, sanitize=sanitize, runbook_ref=runbook_ref, variables=variables
+    )
+    if map_path is not None and built.sanitizer is not None:
+        write_private(map_path, built.sanitizer.mapping())
+    if output:
+        Path(output).write_text(built.text, encoding="utf-8")
+    else:
+        click.echo(built.text, nl=False)
 
 
 @cli.command()
@@ -501,6 +619,8 @@ _register_subcommands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from runbook.report.secrets import redact
+
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
         rc = cli.main(
@@ -527,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RunbookError as exc:
         if debug:
             log.exception("error")
-        click.echo(f"runbook: {exc.one_line()}", err=True)
+        click.echo(f"runbook: {redact(exc.one_line())}", err=True)
         return exc.exit_code
     except KeyboardInterrupt:
         click.echo("runbook: interrupted", err=True)
@@ -538,7 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         click.echo(
-            f"runbook: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True
+            redact(f"runbook: internal error: {type(exc).__name__}: {exc} (re-run with --debug)"),
+            err=True,
         )
         return 1
     return 0

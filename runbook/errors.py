@@ -5,10 +5,15 @@
     RunbookError                      every error the tool raises on purpose; cli.py turns each
     │                                 into one line on stderr and the exit code in `exit_code`
     ├── UsageError (2)                bad flags, a bad --var, an unknown runbook id
+    │   └── JobError (2)              a job that does not resolve to nodes: a bad job reference,
+    │                                 an unsupported kind, a job not found or without pods or
+    │                                 nodes, its scheduler (kubectl, scontrol) failing
     ├── SpecError (2)                 a runbook file that does not load or validate
     │                                 (carries every issue found, with line numbers)
     ├── TemplateError (2)             a command template or expression that does not render
     ├── BundleError (2)               an evidence bundle that cannot be read (DESIGN §4)
+    ├── DiskFullError (2)             no space (ENOSPC) or quota (EDQUOT) left where a run
+    │                                 directory, bundle, report or the approval store is written
     └── TargetError (3)               the target cannot be used at all
         ├── UnreachableError          DNS, refused, timed out, connection dropped
         ├── AuthenticationError       no key accepted
@@ -19,6 +24,11 @@ timeout flag or an error text, and the engine records it as evidence (STYLE §3)
 """
 
 from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class RunbookError(Exception):
@@ -33,6 +43,10 @@ class RunbookError(Exception):
 
 class UsageError(RunbookError):
     exit_code = 2
+
+
+class JobError(UsageError):
+    """A job that cannot be resolved to its ranks and nodes (runbook/job/resolve*.py)."""
 
 
 class SpecError(RunbookError):
@@ -51,6 +65,29 @@ class TemplateError(RunbookError):
 
 class BundleError(RunbookError):
     exit_code = 2
+
+
+class DiskFullError(RunbookError):
+    """A write failed for want of space or quota; the message names the directory. What was
+    complete before stays complete: every file is replaced atomically or appended whole."""
+
+    exit_code = 2
+
+
+#: what a full filesystem or an exhausted quota says
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def disk_full_as_error(where: str | os.PathLike[str]) -> Iterator[None]:
+    """Turn ENOSPC/EDQUOT raised inside into a DiskFullError naming `where` (a traceback
+    reaching a user is a bug; `[Errno 28]` without a path says little)."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        raise DiskFullError(f"no space left on {os.fspath(where)} ({exc.strerror})") from exc
 
 
 class TargetError(RunbookError):

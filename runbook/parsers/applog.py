@@ -58,6 +58,12 @@ class RankLog:
     nccl_started_before_error: bool = False
     first_time: str | None = None
     last_time: str | None = None
+    #: the process id the rank logged of itself (`pid 4711`, `(pid=4711)`), if it did: ties
+    #: an OOM kill's `Killed process PID` to the rank (host PIDs; a container's differ)
+    pid: int | None = None
+
+
+_PID = re.compile(r"\bpid[\s=:]+(\d{1,9})\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -188,6 +194,7 @@ class _Rank:
         self.nccl_before = False
         self.first_time: str | None = None
         self.last_time: str | None = None
+        self.pid: int | None = None
         self.in_traceback = False
         self.lines = 0
 
@@ -241,6 +248,10 @@ def parse_applog(
             state.last_time = t
             if state.first_time is None:
                 state.first_time = t
+        if state.pid is None and "pid" in line.lower():
+            pm = _PID.search(line)
+            if pm:
+                state.pid = int(pm.group(1))
         if "NCCL INFO" in line:
             state.nccl_seen = True
             continue
@@ -283,6 +294,7 @@ def parse_applog(
             nccl_started_before_error=s.nccl_before,
             first_time=s.first_time,
             last_time=s.last_time,
+            pid=s.pid,
         )
         for s in ranks.values()
         if s.lines

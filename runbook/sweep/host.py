@@ -72,7 +72,10 @@ class DeadlineTransport:
             )
         capped = remaining < probe.timeout
         result = self.inner.run(replace(probe, timeout=remaining) if capped else probe)
-        if capped and (result.timed_out or result.error):
+        # the deadline stopped it only if it ended there: a connection lost long before the
+        # deadline is the host's failure, recorded in its verdict, not a timeout
+        at_deadline = self._clock() >= self.deadline - MIN_PROBE_S
+        if capped and (result.timed_out or result.error) and at_deadline:
             with self._lock:
                 self.cut.append(probe.name)
         return result
@@ -101,6 +104,9 @@ class HostOptions:
     max_parallel: int = 8
     #: each known_hosts file parsed once for the whole sweep (knownhosts.py)
     known_hosts_cache: KnownHosts | None = None
+    #: round trips to measure each host's clock offset before its walk (0: not measured;
+    #: a job run measures it to put every node's evidence on one time axis)
+    clock_samples: int = 0
 
 
 #: probe threads a sweep keeps in flight across all its hosts
@@ -277,7 +283,14 @@ def sweep_host(entry: HostEntry, options: HostOptions, job: Job) -> HostResult:
     run_dir = None
     if options.keep_dir is not None:
         run_dir = RunDirectory(options.keep_dir / _safe_name(entry.name))
+    clock: dict[str, Any] | None = None
     try:
+        if options.clock_samples:
+            from runbook.job.clock import measure_offset
+
+            job.phase = "reading its clock"
+            offset = measure_offset(guarded, options.clock_samples)
+            clock = offset.as_dict() if offset is not None else None
         job.phase = "walking"
         variables = {**entry.variables, **options.variables}
         result = execute(
@@ -302,6 +315,7 @@ def sweep_host(entry: HostEntry, options: HostOptions, job: Job) -> HostResult:
         status_of(result.verdict),
         verdict=result.verdict,
         run_dir=str(run_dir.path) if run_dir else None,
+        clock=clock,
     )
 
 

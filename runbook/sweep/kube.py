@@ -152,3 +152,11 @@ def kube_entries(
     if not entries:
         raise InventoryError(f"no nodes match the label selector {selector!r}")
     return entries
+
+
+def kubectl_json(argv: Sequence[str], what: str, *, timeout: float = 60.0) -> Any:
+    """`kubectl … -o json`, parsed, as the sweep reads nodes and agent pods: an InventoryError
+    with kubectl's last stderr line when it fails, hangs past `timeout` or prints no JSON.
+    Public for the job resolver (runbook/job/resolve_kube.py), which reads the job's pods and
+    the agent pods the same way."""
+    return _kubectl_json(argv, what, timeout)

@@ -83,6 +83,8 @@ class HostResult:
     queued: tuple[str, ...] = ()
     #: the host's run directory (events, bundle, verdict) with --keep-bundles
     run_dir: str | None = None
+    #: its clock against the collector's (runbook.job.clock), when the sweep measured it
+    clock: dict[str, Any] | None = None
 
     @property
     def root_cause(self) -> str | None:
@@ -109,6 +111,8 @@ class HostResult:
             data["queued"] = list(self.queued)
         if self.run_dir:
             data["run_dir"] = self.run_dir
+        if self.clock is not None:
+            data["clock"] = self.clock
         return data
 
     @classmethod
@@ -124,6 +128,7 @@ class HostResult:
             error=None if data.get("error") is None else str(data["error"]),
             queued=tuple(str(q) for q in data.get("queued") or ()),
             run_dir=data.get("run_dir"),
+            clock=dict(data["clock"]) if isinstance(data.get("clock"), Mapping) else None,
         )
 
 

@@ -19,10 +19,12 @@ Endpoints:
   ``/openapi/v3`` answer 404, as on a server that does not publish them (kubectl and the
   Python client fall back: neither needs OpenAPI for get/patch/cordon/drain).
 - For each resource in tests/k8s/resources.py (namespaces, nodes, pods, poddisruptionbudgets,
-  daemonsets, deployments, replicasets, statefulsets, jobs): list (``labelSelector``,
-  ``fieldSelector``; all namespaces or one), get, create (POST), replace (PUT), patch (json,
-  merge, strategic merge), delete, and ``/status`` get/put/patch; ``pods/NAME/eviction``
-  (POST, policy/v1 Eviction, PDBs evaluated as eviction.go does); ``?dryRun=All`` on writes.
+  daemonsets, deployments, replicasets, statefulsets, jobs, and the Kubeflow custom resources
+  pytorchjobs, tfjobs (kubeflow.org/v1) and mpijobs (kubeflow.org/v2beta1)): list
+  (``labelSelector``, ``fieldSelector``; all namespaces or one), get, create (POST), replace
+  (PUT), patch (json, merge, strategic merge), delete, and ``/status`` get/put/patch;
+  ``pods/NAME/eviction`` (POST, policy/v1 Eviction, PDBs evaluated as eviction.go does);
+  ``?dryRun=All`` on writes.
 - A bearer token is required (the one written into the kubeconfig): 401 Unauthorized without.
 
 Not served (answered with a Status): watch (405), deletecollection (405), server-side apply

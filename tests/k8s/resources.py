@@ -165,6 +165,33 @@ RESOURCES: tuple[Resource, ...] = (
         ("all",),
         subresources=(("status", "Job", "", "", ("get", "patch", "update")),),
     ),
+    # custom resources of the Kubeflow training operator (kubeflow.org/v1) and mpi-operator
+    # (kubeflow.org/v2beta1), served as their CRDs declare them: no short names, no
+    # categories, a status subresource
+    Resource(
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "PyTorchJob",
+        True,
+        subresources=(("status", "PyTorchJob", "", "", ("get", "patch", "update")),),
+    ),
+    Resource(
+        "kubeflow.org",
+        "v1",
+        "tfjobs",
+        "TFJob",
+        True,
+        subresources=(("status", "TFJob", "", "", ("get", "patch", "update")),),
+    ),
+    Resource(
+        "kubeflow.org",
+        "v2beta1",
+        "mpijobs",
+        "MPIJob",
+        True,
+        subresources=(("status", "MPIJob", "", "", ("get", "patch", "update")),),
+    ),
 )
 
 BY_PATH: dict[tuple[str, str, str], Resource] = {

@@ -341,7 +341,7 @@ def test_discovery_is_the_legacy_form_and_openapi_is_absent(k8s_api: KubeApi) ->
         "Eviction",
     )
     code, groups = call(k8s_api, "GET", "/apis")
-    assert [g["name"] for g in groups["groups"]] == ["policy", "apps", "batch"]
+    assert [g["name"] for g in groups["groups"]] == ["policy", "apps", "batch", "kubeflow.org"]
     code, policy = call(k8s_api, "GET", "/apis/policy/v1")
     assert [r["name"] for r in policy["resources"]] == [
         "poddisruptionbudgets",

@@ -19,6 +19,10 @@ Scenario modules (what fails, for real; the verdict it must reach):
   init: peer-rank-exited;
 * ``test_socket_bootstrap`` -- a rank's rendezvous port is refused (wrong MASTER_PORT):
   network-socket;
+* ``test_multihost_job`` -- one 4-rank gloo job over two test hosts (rendezvous across the
+  bridge); host B's cgroup is too small and the kernel OOM-kills a rank there, the ranks on host
+  A fail at init. Each host diagnosed alone: B host-memory-oom in B's cgroup; A not blamed for
+  B's OOM (same kernel log);
 * ``test_gpu_and_fabric_shims`` -- Xid 79, uncorrectable ECC with a pending row remap, a fatal
   PCIe AER, P2P NS, an RDMA label without a device, and a healthy node, by real-format shims.
 
@@ -29,7 +33,10 @@ The pieces, reusable by other tests:
 * :mod:`tests.scenarios.job` -- :class:`Node` (a test host dressed as a node: cgroupfs, the
   job's /dev/shm tmpfs and local name resolution, in the host's private mount namespace),
   :class:`TrainingJob` (ranks of :mod:`tests.scenarios.rank` in the job's cgroup and the host's
-  namespaces), :class:`Container` (a mount namespace of its own, for ``--nsenter=PID``);
+  namespaces), :class:`MultiHostJob` (one job's ranks over several nodes), :class:`Container`
+  (a mount namespace of its own, for ``--nsenter=PID``);
+* :mod:`tests.scenarios.multihost` -- ``two_host_oom_job(network, workdir)``: the two-host job
+  above, run once, as a context manager any test module can wrap in a fixture;
 * :mod:`tests.scenarios.shims` -- GPU and fabric tool output from real-format profiles under
   ``node-data/``;
 * ``conftest.py`` -- the module-scoped fixtures (``scenario_hosts``, ``memory_cgroups``,
@@ -41,5 +48,5 @@ Where the runbook does not reach the right verdict yet, the test is
 marker comes off with it.
 
 Needs: root, openssh-server, network namespaces, a memory cgroup controller, and torch==2.13.0
-(CPU) in the virtualenv (tests/run.sh installs it). About 2.5 minutes on 2 cores.
+(CPU) in the virtualenv (tests/run.sh installs it). About 3 minutes on 2 cores.
 """

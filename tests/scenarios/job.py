@@ -9,7 +9,9 @@ mounts are never touched):
   fresh sysfs without ``/sys/fs/cgroup``), so ``--var cgroup_dir=/sys/fs/cgroup/memory/<name>``
   reads the job's real cgroup over SSH;
 * a tmpfs of the job's size is mounted at ``/dev/shm``: the ranks' shm dir, and what the
-  runbook's ``df -B1 /dev/shm`` sees.
+  runbook's ``df -B1 /dev/shm`` sees;
+* optionally (``log_dir=``), the job's log dir appears at ``/var/log/training``, the runbook's
+  default ``app_log_dir``, so each node shows its own ranks' logs at the same path.
 
 :class:`TrainingJob` starts the ranks of :mod:`tests.scenarios.rank` concurrently, each moved
 into the job's :class:`~tests.scenarios.cgroups.MemoryCgroup` *before* it execs (so every page
@@ -18,6 +20,10 @@ it ever touches is charged there), then entered into the host's mount and networ
 its namespace, and nothing leaves it. Each rank's log (and its stderr) goes to
 ``<log_dir>/rank-N.log``. :meth:`TrainingJob.wait` returns every rank's exit status (137 is a
 SIGKILL: the kernel's OOM killer).
+
+:class:`MultiHostJob` spreads one job over several nodes: a :class:`TrainingJob` per node (its
+ranks in that node's cgroup, logging to that node's log dir), every rank meeting at rank 0's
+store on rank 0's node (``tcp://<its bridge address>:MASTER_PORT``) across the test bridge.
 
 Cleanup: :meth:`Node.close` unmounts what it mounted; the cgroup's own removal kills any rank
 left; the test host's removal kills whatever else is left in its namespace.
@@ -30,7 +36,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +46,8 @@ from tests.scenarios.cgroups import CGROUP_ROOT, MemoryCgroup, cgroup_version
 RANK_SCRIPT = Path(__file__).with_name("rank.py")
 #: the rendezvous port inside each test host's own network namespace (no clash between hosts)
 MASTER_PORT = 29500
+#: where a node's (or a container's) training logs appear: the runbook's default app_log_dir
+NODE_LOG_DIR = "/var/log/training"
 
 
 class ScenarioError(RuntimeError):
@@ -53,10 +61,22 @@ def _run(argv: Sequence[str], *, timeout: float = 30.0) -> subprocess.CompletedP
     return proc
 
 
+def _log_dir_mounts(log_dir: Path) -> list[list[str]]:
+    """Show ``log_dir`` at NODE_LOG_DIR in the current mount namespace: a tmpfs over /var/log
+    first, so NODE_LOG_DIR is made there and never on the machine's own /var/log."""
+    return [
+        ["mount", "-t", "tmpfs", "-o", "mode=755,size=1m", "rbk-varlog", "/var/log"],
+        ["mkdir", "-p", NODE_LOG_DIR],
+        ["mount", "--bind", str(log_dir), NODE_LOG_DIR],
+    ]
+
+
 class Node:
     """A test host dressed as a training node (see the module docstring)."""
 
-    def __init__(self, host: TestHost, *, shm_bytes: int | None = None) -> None:
+    def __init__(
+        self, host: TestHost, *, shm_bytes: int | None = None, log_dir: Path | None = None
+    ) -> None:
         if host.sshd_pid is None:
             raise ScenarioError(f"{host.name}: sshd is not running")
         self.host = host
@@ -72,6 +92,11 @@ class Node:
                 self.in_host(["mount", "-t", "tmpfs", "-o", f"size={shm_bytes},mode=1777",
                               "rbk-job-shm", "/dev/shm"])
                 self._mounted.append("/dev/shm")
+            if log_dir is not None:
+                for argv in _log_dir_mounts(log_dir):
+                    self.in_host(argv)
+                    if argv[0] == "mount":
+                        self._mounted.append(argv[-1])
         except BaseException:
             self.close()
             raise
@@ -238,19 +263,64 @@ class TrainingJob:
                 proc.wait(5)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """One node's share of a multi-node job: its ranks (global rank -> what it does), the memory
+    cgroup they run in and the dir they log to."""
+
+    node: Node
+    cgroup: MemoryCgroup
+    log_dir: Path
+    ranks: Mapping[int, RankSpec]
+
+
+class MultiHostJob:
+    """One job's ranks over several nodes (see the module docstring); ``run()`` returns every
+    rank's exit status and log, whichever node it ran on."""
+
+    def __init__(
+        self, placements: Sequence[Placement], *, timeout_s: float = 10.0, port: int = MASTER_PORT
+    ) -> None:
+        world = sorted(rank for p in placements for rank in p.ranks)
+        if world != list(range(len(world))):
+            raise ValueError(f"ranks {world} are not 0..N-1, each on one node")
+        master = next(p.node for p in placements if 0 in p.ranks)
+        #: rank 0's store, on its node's bridge address: the other nodes reach it over the bridge
+        self.init_method = f"tcp://{master.host.address}:{port}"
+        self.jobs = [
+            TrainingJob(p.node, p.cgroup, [p.ranks.get(rank) for rank in world],
+                        log_dir=p.log_dir, timeout_s=timeout_s, init_method=self.init_method)
+            for p in placements
+        ]  # fmt: skip
+
+    def run(self, timeout: float = 120.0) -> JobResult:
+        deadline = time.monotonic() + timeout
+        try:
+            for job in self.jobs:
+                job.start()
+            results = [job.wait(max(0.1, deadline - time.monotonic())) for job in self.jobs]
+        finally:
+            for job in self.jobs:  # a node whose wait never came (another's raised) too
+                job.kill()
+        return JobResult(
+            exit_codes=dict(sorted(kv for res in results for kv in res.exit_codes.items())),
+            started=min(res.started for res in results),
+            finished=max(res.finished for res in results),
+            logs=dict(sorted(kv for res in results for kv in res.logs.items())),
+        )
+
+
 class Container:
     """A process in a mount namespace of its own inside the node (a pod's container), where the
     job's log dir appears at ``/var/log/training`` (a tmpfs over ``/var/log`` hides the node's;
     only this namespace sees it). Its pid is what ``runbook --nsenter=PID`` targets."""
 
-    LOG_DIR = "/var/log/training"
+    LOG_DIR = NODE_LOG_DIR
 
     def __init__(self, node: Node, log_dir: Path) -> None:
         script = "; ".join([
             "set -e",
-            "mount -t tmpfs -o mode=755,size=1m rbk-ctr-varlog /var/log",
-            f"mkdir -p {self.LOG_DIR}",
-            f"mount --bind {shlex.quote(str(log_dir))} {self.LOG_DIR}",
+            *map(shlex.join, _log_dir_mounts(log_dir)),
             "echo ready",
             "exec sleep 3600",
         ])

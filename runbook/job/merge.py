@@ -1,0 +1,512 @@
+"""Many nodes' verdicts → one job verdict (pure).
+
+Every node's timeline (DESIGN §5 `timeline`, UTC by the node's own clock) is shifted by that
+node's measured clock offset (clock.py) onto the collector's clock, and merged. The job's root
+cause is the cause of the earliest cause-naming anomaly on that corrected axis, whichever node
+it is on — unless most nodes failed the same way within a few seconds of each other, which
+points at something they share (fabric, switch, shared storage, a job-wide setting), and the
+verdict says so instead of blaming each node (`scope: shared`).
+
+The result keeps the single-node verdict's keys (format, root_cause, confidence, surfaced_as,
+first_anomaly, chain, ruled_out, proposals, timeline), so tools reading a §5 verdict read this
+one too, and adds `job`, `scope`, `statement`, `nodes`, `ranks`, `outliers`, `memory`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT, parse_time
+from runbook.job.models import JobSpec
+from runbook.job.ranks import rank_table, strip_log_prefix
+from runbook.sweep.results import HostResult
+
+#: failures on this share of the reached nodes (and at least 3 of them, or every node of a
+#: 2-node job) within SHARED_WINDOW_S of each other are one shared cause
+SHARED_SHARE = 0.75
+SHARED_WINDOW_S = 5.0
+NOT_A_CAUSE = ("healthy", "inconclusive")
+
+
+def stage_facts(verdict: Mapping[str, Any] | None, parser: str) -> dict[str, Any]:
+    """The first stage's facts of `parser` in a node verdict ({} when none)."""
+    for stage in (verdict or {}).get("stages") or []:
+        facts = (stage.get("facts") or {}).get(parser)
+        if isinstance(facts, Mapping) and facts.get("collected") is not False:
+            return dict(facts)
+    return {}
+
+
+def _iso(moment: dt.datetime) -> str:
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class NodeClock:
+    """One node's timestamps on the collector's clock: true = node − offset."""
+
+    def __init__(self, result: HostResult) -> None:
+        clock = result.clock or {}
+        self.offset = float(clock.get("offset_s") or 0.0)
+        self.uncertainty = float(clock.get("uncertainty_s") or 0.0)
+        self.measured = result.clock is not None
+        self._utc: dict[tuple[Any, Any], dt.datetime] = {}
+        for entry in (result.verdict or {}).get("timeline") or []:
+            moment = parse_time(entry.get("time"))
+            if moment is not None:
+                self._utc[(entry.get("source"), entry.get("line"))] = moment
+
+    def node_time(self, evidence: Mapping[str, Any]) -> dt.datetime | None:
+        """The evidence's time by the node's clock, in UTC (from the node's own timeline,
+        which placed naive times with the node's UTC offset)."""
+        known = self._utc.get((evidence.get("source"), evidence.get("line")))
+        return known or parse_time(evidence.get("time"))
+
+    def corrected(self, evidence: Mapping[str, Any]) -> dt.datetime | None:
+        raw = self.node_time(evidence)
+        return None if raw is None else raw - dt.timedelta(seconds=self.offset)
+
+
+def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any]]:
+    """The node's findings that name a cause, each at its earliest corrected evidence time."""
+    out = []
+    for link in (result.verdict or {}).get("chain") or []:
+        if not link.get("cause"):
+            continue
+        timed = [(t, e) for e in link.get("evidence") or [] if (t := clock.corrected(e))]
+        if not timed:
+            continue
+        when, evidence = min(timed, key=lambda x: x[0])
+        out.append(
+            {
+                "node": result.host,
+                "cause": link["cause"],
+                "finding": link["finding"],
+                "stage": link.get("stage"),
+                "when": when,
+                "evidence": evidence,
+            }
+        )
+    return sorted(out, key=lambda a: a["when"])
+
+
+def _text_of(result: HostResult, evidence: Mapping[str, Any]) -> str:
+    for entry in (result.verdict or {}).get("timeline") or []:
+        if (entry.get("source"), entry.get("line")) == (
+            evidence.get("source"),
+            evidence.get("line"),
+        ):
+            return str(entry.get("text") or "")
+    first = (result.verdict or {}).get("first_anomaly") or {}
+    if (first.get("source"), first.get("line")) == (evidence.get("source"), evidence.get("line")):
+        return str(first.get("text") or "")
+    return ""
+
+
+def merged_timeline(results: Sequence[HostResult], limit: int = 600) -> list[dict[str, Any]]:
+    """Every node's timed evidence on the collector's clock, oldest first; anomalies are kept
+    first when the list is cut."""
+    entries = []
+    for result in results:
+        clock = NodeClock(result)
+        for entry in (result.verdict or {}).get("timeline") or []:
+            raw = parse_time(entry.get("time"))
+            if raw is None:
+                continue
+            true = raw - dt.timedelta(seconds=clock.offset)
+            entries.append(
+                {
+                    **entry,
+                    "node": result.host,
+                    "node_time": entry.get("time"),
+                    "time": _iso(true),
+                    "offset_s": round(clock.offset, 6),
+                }
+            )
+    entries.sort(key=lambda e: (e["time"], e["node"], str(e.get("source")), e.get("line") or 0))
+    if len(entries) > limit:
+        keep = {id(e) for e in entries if e.get("anomaly")}
+        rest = [e for e in entries if id(e) not in keep][: max(0, limit - len(keep))]
+        keep |= {id(e) for e in rest}
+        entries = [e for e in entries if id(e) in keep]
+    return entries
+
+
+def _surfaced(results: Sequence[HostResult], clocks: Mapping[str, NodeClock]) -> dict[str, Any]:
+    """The error the job surfaced as: the rank that reported it and when (corrected)."""
+    best: dict[str, Any] = {}
+    for result in results:
+        applog = stage_facts(result.verdict, "applog")
+        surfaced = applog.get("surfaced") if isinstance(applog.get("surfaced"), Mapping) else None
+        if not surfaced:
+            continue
+        when = clocks[result.host].corrected(surfaced)
+        candidate = {
+            "node": result.host,
+            "rank": surfaced.get("rank"),
+            "text": str(surfaced.get("text") or ""),
+            "when": when,
+        }
+        # the rank-0-style report: the latest surfaced error of the job, as operators see it
+        if not best or (when and (best["when"] is None or when > best["when"])):
+            best = candidate
+    return best
+
+
+def _span_s(moments: Iterable[dt.datetime]) -> float:
+    ordered = sorted(moments)
+    return (ordered[-1] - ordered[0]).total_seconds() if ordered else 0.0
+
+
+def shared_cause(
+    firsts: Mapping[str, dict[str, Any]], reached: int, uncertainty: float
+) -> dict[str, Any] | None:
+    """Most nodes failing the same way at the same moment: one cause they share."""
+    if reached < 2:
+        return None
+    by_cause: dict[str, list[dict[str, Any]]] = {}
+    for anomaly in firsts.values():
+        by_cause.setdefault(anomaly["cause"], []).append(anomaly)
+    for cause, group in sorted(by_cause.items(), key=lambda kv: -len(kv[1])):
+        need = max(2 if reached == 2 else 3, int(SHARED_SHARE * reached + 0.999))
+        if len(group) < need:
+            continue
+        span = _span_s(a["when"] for a in group)
+        if span > SHARED_WINDOW_S + 2 * uncertainty:
+            continue
+        nodes = sorted(a["node"] for a in group)
+        return {
+            "cause": cause,
+            "nodes": nodes,
+            "span_s": round(span, 3),
+            "summary": (
+                f"{len(nodes)} of {reached} nodes failed with {cause} within {span:.1f} s of "
+                "each other: suspect a cause they share (fabric or switch, shared storage, a "
+                "job-wide setting) rather than a fault on each node"
+            ),
+        }
+    return None
+
+
+def _value(metric: str, verdict: Mapping[str, Any] | None) -> Any:
+    if metric == "xid":
+        return len(stage_facts(verdict, "dmesg").get("xids") or [])
+    if metric == "aer":
+        return len(stage_facts(verdict, "dmesg").get("aer") or [])
+    if metric == "driver":
+        return stage_facts(verdict, "nvidia_smi").get("driver_version")
+    if metric == "transport":
+        kinds = stage_facts(verdict, "nccl_log").get("transport_kinds") or []
+        return ",".join(sorted(kinds)) or None
+    if metric == "busbw":
+        runs = stage_facts(verdict, "nccl_tests").get("runs") or {}
+        values = [r.get("avg_busbw") for r in runs.values() if isinstance(r, Mapping)]
+        numbers = [float(v) for v in values if isinstance(v, int | float)]
+        return min(numbers) if numbers else None
+    raise KeyError(metric)
+
+
+LABELS = {
+    "xid": "Xid events in dmesg",
+    "aer": "PCIe AER records in dmesg",
+    "driver": "NVIDIA driver version",
+    "transport": "NCCL transport chosen",
+    "busbw": "nccl-tests average bus bandwidth (GB/s)",
+}
+
+
+def outliers(results: Sequence[HostResult]) -> list[dict[str, Any]]:
+    """Nodes that differ from their peers (at least 3 nodes read the same measure)."""
+    found: list[dict[str, Any]] = []
+    swept = [r for r in results if r.verdict is not None]
+    for metric, label in LABELS.items():
+        values = {r.host: _value(metric, r.verdict) for r in swept}
+        values = {h: v for h, v in values.items() if v is not None}
+        if len(values) < 3:
+            continue
+        if metric in ("driver", "transport"):
+            counts = Counter(values.values())
+            common, n = counts.most_common(1)[0]
+            if n == len(values) or n < len(values) / 2:
+                continue
+            for host, value in sorted(values.items()):
+                if value != common:
+                    found.append(
+                        {
+                            "node": host,
+                            "measure": metric,
+                            "value": value,
+                            "peers": common,
+                            "summary": f"{host}: {label} {value}, its peers {common}",
+                        }
+                    )
+        elif metric in ("xid", "aer"):
+            for host, value in sorted(values.items()):
+                others = [v for h, v in values.items() if h != host]
+                base = statistics.median(others)
+                if value > 0 and value >= 10 * max(base, 0.5) and value > max(others):
+                    found.append(
+                        {
+                            "node": host,
+                            "measure": metric,
+                            "value": value,
+                            "peers": base,
+                            "summary": f"{host}: {value} {label}, its peers a median of {base:g}",
+                        }
+                    )
+        else:  # bandwidth: low is the outlier
+            for host, value in sorted(values.items()):
+                base = statistics.median([v for h, v in values.items() if h != host])
+                if value < 0.8 * base:
+                    found.append(
+                        {
+                            "node": host,
+                            "measure": metric,
+                            "value": value,
+                            "peers": base,
+                            "summary": f"{host}: {label} {value:g}, its peers a median of {base:g}",
+                        }
+                    )
+    return found
+
+
+def job_memory(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
+    """The job's host-memory peak from every node's cgroup: per node its peak against its
+    limit and the per-rank cost; for the job, per-rank cost × ranks (lesson 5: per-rank cost
+    × ranks × workers, workers included in each rank's share when they share its cgroup)."""
+    ranks_on: dict[str, int] = {}
+    for node in spec.nodes:
+        ranks_on[node.name] = len([r for r in node.ranks if r is not None]) or 0
+    rows = []
+    for result in results:
+        cgroup = stage_facts(result.verdict, "cgroup")
+        procmem = stage_facts(result.verdict, "procmem")
+        applog = stage_facts(result.verdict, "applog")
+        if not cgroup:
+            continue
+        ranks = (
+            ranks_on.get(result.host)
+            or len([r for r in applog.get("ranks") or [] if r.get("rank") is not None])
+            or None
+        )
+        peak = cgroup.get("peak_bytes") or cgroup.get("usage_bytes")
+        limit = cgroup.get("limit_bytes")
+        per_rank = (peak / ranks) if isinstance(peak, int) and ranks else None
+        rows.append(
+            {
+                "node": result.host,
+                "ranks": ranks,
+                "workers_per_rank": procmem.get("workers_per_rank") or None,
+                "peak_bytes": peak,
+                "limit_bytes": limit,
+                "per_rank_bytes": int(per_rank) if per_rank is not None else None,
+                "at_limit": bool(cgroup.get("usage_at_limit")) or bool(cgroup.get("oom_kills")),
+                "oom_kills": cgroup.get("oom_kills") or 0,
+            }
+        )
+    costs: list[int] = [int(r["per_rank_bytes"]) for r in rows if r["per_rank_bytes"]]
+    total_ranks = sum(int(r["ranks"] or 0) for r in rows)
+    return {
+        "nodes": rows,
+        "per_rank_max_bytes": max(costs) if costs else None,
+        "ranks": total_ranks or None,
+        "job_peak_bytes": sum(r["peak_bytes"] or 0 for r in rows) or None,
+        "estimate_bytes": (max(costs) * total_ranks) if costs and total_ranks else None,
+        "at_limit": sorted(r["node"] for r in rows if r["at_limit"]),
+    }
+
+
+def _gib(value: Any) -> str:
+    return f"{value / 2**30:.2f} GiB" if isinstance(value, int | float) else "?"
+
+
+def _who(anomaly: Mapping[str, Any], table: Sequence[Mapping[str, Any]]) -> str:
+    where = (anomaly["node"], anomaly["evidence"].get("source"), anomaly["evidence"].get("line"))
+    rank = next(
+        (
+            r["rank"]
+            for r in table
+            if r.get("killed_by")
+            and (r["node"], r["killed_by"].get("source"), r["killed_by"].get("line")) == where
+        ),
+        None,
+    )
+    return f"rank {rank} on {anomaly['node']}" if rank is not None else anomaly["node"]
+
+
+def statement(
+    first: Mapping[str, Any] | None, surfaced: Mapping[str, Any], table: Sequence[Mapping[str, Any]]
+) -> str:
+    if not first:
+        return "no node named a cause"
+    what = {
+        "host-memory-oom": "hit its memory cgroup limit (OOM)",
+        "gpu-hardware": "had a GPU fault",
+        "pcie-error": "had a PCIe error",
+        "shm-exhausted": "ran out of /dev/shm",
+        "network-socket": "failed on a socket connection",
+        "peer-rank-exited": "had a rank exit on its own error",
+        "rdma-misconfigured": "had no usable RDMA device",
+        "p2p-unavailable": "could not use GPU peer-to-peer",
+        "gpu-memory-oom": "ran out of GPU memory",
+    }.get(first["cause"], f"showed {first['cause']}")
+    who = _who(first, table)
+    if who.startswith("rank "):
+        what = "was OOM-killed" if first["cause"] == "host-memory-oom" else what
+    line = f"{who} {what} at {_iso(first['when'])}"
+    if surfaced.get("when") and surfaced["when"] >= first["when"]:
+        gap = (surfaced["when"] - first["when"]).total_seconds()
+        reporter = (
+            f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
+        )
+        text = strip_log_prefix(surfaced["text"])[:100]
+        line += f", {gap:.0f} s before {reporter} on {surfaced['node']} reported {text}"
+    return line
+
+
+def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
+    """The job verdict (see the module docstring)."""
+    clocks = {r.host: NodeClock(r) for r in results}
+    swept = [r for r in results if r.verdict is not None]
+    firsts: dict[str, dict[str, Any]] = {}
+    for result in swept:
+        anomalies = _cause_anomalies(result, clocks[result.host])
+        if anomalies:
+            firsts[result.host] = anomalies[0]
+    ordered = sorted(firsts.values(), key=lambda a: (a["when"], a["node"]))
+    uncertainty = max((c.uncertainty for c in clocks.values()), default=0.0)
+    shared = shared_cause(firsts, len(swept), uncertainty)
+    table = rank_table(spec, results, clocks)
+    surfaced = _surfaced(swept, clocks)
+
+    first = ordered[0] if ordered else None
+    if first is not None:
+        root_cause, scope = first["cause"], "shared" if shared else "node"
+    else:
+        causes = [str(r.verdict.get("root_cause")) for r in swept if r.verdict]
+        named = [c for c in causes if c not in NOT_A_CAUSE]
+        root_cause = (
+            named[0]
+            if named
+            else (
+                "healthy"
+                if swept and all(c == "healthy" for c in causes) and len(swept) == len(results)
+                else "inconclusive"
+            )
+        )
+        scope = "node" if named else "none"
+    if shared:
+        root_cause = shared["cause"]
+    unreached = [r for r in results if r.verdict is None]
+    confidence = (
+        "high"
+        if first and not unreached and all(c.measured for c in clocks.values())
+        else ("medium" if first or root_cause == "healthy" else "low")
+    )
+    if first and len(ordered) > 1:
+        margin = (ordered[1]["when"] - first["when"]).total_seconds()
+        if margin < 2 * uncertainty and ordered[1]["node"] != first["node"]:
+            confidence = "medium"  # the two earliest are closer than the clocks are known
+
+    first_anomaly = None
+    if first is not None:
+        result = next(r for r in swept if r.host == first["node"])
+        clock = clocks[first["node"]]
+        raw = clock.node_time(first["evidence"])
+        first_anomaly = {
+            **{k: first["evidence"][k] for k in ("source", "line") if k in first["evidence"]},
+            "node": first["node"],
+            "time": _iso(first["when"]),
+            "node_time": _iso(raw) if raw else None,
+            "offset_s": round(clock.offset, 6),
+            "uncertainty_s": round(clock.uncertainty, 6),
+            "cause": first["cause"],
+            "finding": first["finding"],
+            "text": _text_of(result, first["evidence"]),
+        }
+
+    proposals = []
+    for result in swept:
+        for proposal in (result.verdict or {}).get("proposals") or []:
+            if shared and proposal.get("kind") == "node-drain":
+                continue  # one shared cause is not N node faults: no drain of every node
+            proposals.append({**proposal, "node": result.host})
+    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+
+    ruled: dict[str, dict[str, Any]] = {}
+    for result in swept:
+        for out in (result.verdict or {}).get("ruled_out") or []:
+            if out.get("cause") != root_cause:
+                ruled.setdefault(str(out.get("cause")), {**out, "nodes": []})["nodes"].append(
+                    result.host
+                )
+    return {
+        "format": VERDICT_FORMAT,
+        "kind": "job",
+        "job": {
+            "ref": spec.ref,
+            "kind": spec.kind,
+            "namespace": spec.namespace,
+            "name": spec.name,
+            "details": spec.details,
+        },
+        "node": first["node"] if first else None,
+        "root_cause": root_cause,
+        "scope": scope,
+        "confidence": confidence,
+        "surfaced_as": surfaced.get("text") or None,
+        "statement": shared["summary"] if shared else statement(first, surfaced, table),
+        "first_anomaly": first_anomaly,
+        "shared_cause": shared,
+        "chain": [
+            {
+                "node": a["node"],
+                "stage": a["stage"],
+                "finding": a["finding"],
+                "cause": a["cause"],
+                "time": _iso(a["when"]),
+                "evidence": [
+                    {k: a["evidence"][k] for k in ("source", "line", "time") if k in a["evidence"]}
+                ],
+            }
+            for a in ordered
+        ],
+        "nodes": [_node_row(r, clocks[r.host], firsts.get(r.host)) for r in results],
+        "ranks": table,
+        "outliers": outliers(results),
+        "memory": job_memory(spec, results),
+        "ruled_out": [v for v in ruled.values() if len(v["nodes"]) == len(swept)],
+        "proposals": proposals,
+        "timeline": merged_timeline(results),
+    }
+
+
+def _node_row(
+    result: HostResult, clock: NodeClock, first: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    verdict = result.verdict or {}
+    return {
+        "node": result.host,
+        "target": result.target,
+        "status": result.status.value,
+        "root_cause": verdict.get("root_cause"),
+        "confidence": verdict.get("confidence"),
+        "error": result.error,
+        "clock": (
+            {"offset_s": round(clock.offset, 6), "uncertainty_s": round(clock.uncertainty, 6)}
+            if clock.measured
+            else None
+        ),
+        "first_anomaly": (
+            {
+                "time": _iso(first["when"]),
+                "cause": first["cause"],
+                **{k: first["evidence"][k] for k in ("source", "line") if k in first["evidence"]},
+            }
+            if first
+            else None
+        ),
+    }

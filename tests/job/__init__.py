@@ -1,0 +1,1 @@
+"""Job-scoped diagnosis: resolving a job to its nodes, running, merging."""
