@@ -273,40 +273,57 @@ def outliers(results: Sequence[HostResult]) -> list[dict[str, Any]]:
     return found
 
 
+def _max(spread: Any) -> int | None:
+    value = spread.get("max") if isinstance(spread, Mapping) else None
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _node_memory(host: str, verdict: Mapping[str, Any] | None, ranks: int | None) -> dict[str, Any]:
+    """One node's row: its cgroup's peak and limit, and what one rank costs there — from the
+    live processes when the node still had them (the rank's own anon plus its workers' own
+    anon, lesson 5's terms), else the cgroup's peak shared over the node's ranks."""
+    cgroup = stage_facts(verdict, "cgroup")
+    procmem = stage_facts(verdict, "procmem")
+    peak = cgroup.get("peak_bytes") or cgroup.get("usage_bytes")
+    per_rank = _max((procmem.get("per_rank") or {}).get("group_anon_bytes"))
+    row: dict[str, Any] = {
+        "node": host,
+        "ranks": ranks,
+        "peak_bytes": peak,
+        "limit_bytes": cgroup.get("limit_bytes"),
+        "at_limit": bool(cgroup.get("usage_at_limit")) or bool(cgroup.get("oom_kills")),
+        "oom_kills": cgroup.get("oom_kills") or 0,
+    }
+    if procmem.get("ranks") and per_rank:
+        row.update(
+            per_rank_bytes=per_rank,
+            rank_bytes=_max((procmem.get("per_rank") or {}).get("pss_anon_bytes")),
+            workers_per_rank=_max((procmem.get("per_rank") or {}).get("workers")),
+            worker_bytes=_max((procmem.get("per_worker") or {}).get("own_anon_bytes")),
+            method="processes (rank + its workers, own anon)",
+        )
+    else:
+        cost = int(peak / ranks) if isinstance(peak, int | float) and ranks else None
+        row.update(per_rank_bytes=cost, method="cgroup peak ÷ ranks on the node")
+    return row
+
+
 def job_memory(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
-    """The job's host-memory peak from every node's cgroup: per node its peak against its
-    limit and the per-rank cost; for the job, per-rank cost × ranks (lesson 5: per-rank cost
-    × ranks × workers, workers included in each rank's share when they share its cgroup)."""
-    ranks_on: dict[str, int] = {}
-    for node in spec.nodes:
-        ranks_on[node.name] = len([r for r in node.ranks if r is not None]) or 0
+    """The job's host memory (lesson 5: per-rank cost × ranks, a rank's cost counting its
+    loader workers): per node its cgroup peak against its limit and the cost of one rank
+    there; for the job, the largest per-rank cost × every rank."""
+    ranks_on = {n.name: len([r for r in n.ranks if r is not None]) for n in spec.nodes}
     rows = []
     for result in results:
-        cgroup = stage_facts(result.verdict, "cgroup")
-        procmem = stage_facts(result.verdict, "procmem")
-        applog = stage_facts(result.verdict, "applog")
-        if not cgroup:
+        if not stage_facts(result.verdict, "cgroup"):
             continue
+        applog = stage_facts(result.verdict, "applog")
         ranks = (
             ranks_on.get(result.host)
             or len([r for r in applog.get("ranks") or [] if r.get("rank") is not None])
             or None
         )
-        peak = cgroup.get("peak_bytes") or cgroup.get("usage_bytes")
-        limit = cgroup.get("limit_bytes")
-        per_rank = (peak / ranks) if isinstance(peak, int) and ranks else None
-        rows.append(
-            {
-                "node": result.host,
-                "ranks": ranks,
-                "workers_per_rank": procmem.get("workers_per_rank") or None,
-                "peak_bytes": peak,
-                "limit_bytes": limit,
-                "per_rank_bytes": int(per_rank) if per_rank is not None else None,
-                "at_limit": bool(cgroup.get("usage_at_limit")) or bool(cgroup.get("oom_kills")),
-                "oom_kills": cgroup.get("oom_kills") or 0,
-            }
-        )
+        rows.append(_node_memory(result.host, result.verdict, ranks))
     costs: list[int] = [int(r["per_rank_bytes"]) for r in rows if r["per_rank_bytes"]]
     total_ranks = sum(int(r["ranks"] or 0) for r in rows)
     return {

@@ -42,6 +42,15 @@ def _offset(clock: Mapping[str, Any] | None) -> str:
     return f"{clock['offset_s']:+.3f} s ± {clock['uncertainty_s'] * 1000:.1f} ms"
 
 
+def _how(row: Mapping[str, Any]) -> str:
+    if row.get("workers_per_rank") is not None:
+        return (
+            f"rank {_gib(row.get('rank_bytes'))} + {row['workers_per_rank']} workers × "
+            f"{_gib(row.get('worker_bytes'))}"
+        )
+    return _cell(row.get("method"))
+
+
 def job_markdown(verdict: Mapping[str, Any]) -> str:
     job = verdict.get("job") or {}
     out = [f"# Job {job.get('ref')}: {verdict.get('root_cause')} ({verdict.get('confidence')})", ""]
@@ -118,15 +127,15 @@ def job_markdown(verdict: Mapping[str, Any]) -> str:
         out += [
             "## Host memory",
             "",
-            "| node | ranks | peak | limit | per rank | at limit |",
-            "|---|---|---|---|---|---|",
+            "| node | ranks | peak | limit | per rank | at limit | per rank from |",
+            "|---|---|---|---|---|---|---|",
         ]
         for row in memory["nodes"]:
             out.append(
                 f"| {_cell(row['node'])} | {row.get('ranks') or '–'} | "
                 f"{_gib(row.get('peak_bytes'))} | {_gib(row.get('limit_bytes'))} | "
                 f"{_gib(row.get('per_rank_bytes'))} | "
-                f"{'yes' if row.get('at_limit') else 'no'} |"
+                f"{'yes' if row.get('at_limit') else 'no'} | {_how(row)} |"
             )
         if memory.get("estimate_bytes"):
             out += [

@@ -287,3 +287,26 @@ def test_an_unreached_node_is_reported_and_lowers_the_confidence() -> None:
     )
     assert verdict["root_cause"] == "host-memory-oom" and verdict["confidence"] == "medium"
     assert [n["status"] for n in verdict["nodes"]] == ["finding", "unreachable"]
+
+
+def test_live_processes_give_the_per_rank_cost_with_its_workers() -> None:
+    """When the node still had the ranks, a rank costs its own anon plus its workers'."""
+    live = {
+        "cgroup": {"collected": True, "peak_bytes": 6 << 30, "limit_bytes": 8 << 30},
+        "procmem": {
+            "collected": True,
+            "ranks": 2,
+            "per_rank": {
+                "group_anon_bytes": {"max": 3 << 30},
+                "pss_anon_bytes": {"max": 1 << 30},
+                "workers": {"max": 4},
+            },
+            "per_worker": {"own_anon_bytes": {"max": 512 << 20}},
+        },
+    }
+    spec = spec_of(("a", (0, 1)), ("b", (2, 3)))
+    memory = merge_job(spec, [result("a", node_verdict("a", stages=live))])["memory"]
+    (row,) = memory["nodes"]
+    assert row["per_rank_bytes"] == 3 << 30 and row["workers_per_rank"] == 4
+    assert row["worker_bytes"] == 512 << 20 and row["method"].startswith("processes")
+    assert memory["estimate_bytes"] == (3 << 30) * 2
