@@ -10,10 +10,10 @@ size (a decompression bomb stops with a BundleError, nothing written outside the
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
-import shutil
 import tarfile
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -23,12 +23,15 @@ from typing import Any
 
 import yaml
 
-from runbook.errors import BundleError
+from runbook.errors import BundleError, disk_full_as_error
+from runbook.report.secrets import redact, redact_lines
 from runbook.transports.base import CommandResult
 
 FORMAT = 1
 MAX_UNPACKED_BYTES = 4 * 1024**3
 MAX_MEMBERS = 20000
+#: said in a file's `.err` when its output was cut at the capture bound (transports/base.py)
+TRUNCATED_NOTE = "output truncated: only the first part was kept (capture bound)"
 #: replayed files larger than this are streamed by parsers rather than read whole
 LAZY_BYTES = 16 * 1024 * 1024
 
@@ -313,34 +316,59 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
     return split
 
 
+def _copy_redacted(source: str, path: Path) -> None:
+    """A file too large to hold, copied block by block with its credentials redacted."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with (
+            open(source, encoding="utf-8", errors="replace", newline="") as src,
+            os.fdopen(fd, "w", encoding="utf-8", newline="") as dst,
+        ):
+            for block in redact_lines(src):
+                dst.write(block)
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
 def write_result(root: Path, result: CommandResult) -> None:
-    """One evidence file plus its `.rc` and (non-empty) `.err`, as DESIGN §4 lays out."""
+    """One evidence file plus its `.rc` and (non-empty) `.err`, as DESIGN §4 lays out. Output
+    cut at the capture bound is said in `.err`, so a replay knows the file is not whole."""
     if not result.collected:
         return
     path = root.joinpath(*safe_member_name(result.name).parts)
-    if result.source_path is not None and not result.stdout:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(result.source_path, path)
-    else:
-        _atomic_write(path, result.stdout.encode("utf-8", errors="replace"))
-    rc = "timeout" if result.timed_out else ("" if result.exited is None else str(result.exited))
-    _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
-    err = result.stderr
-    if result.failure and result.failure not in err:
-        err = (
-            err + ("\n" if err and not err.endswith("\n") else "") + f"runbook: {result.failure}\n"
-        )
-    if err:
-        _atomic_write(path.with_name(path.name + ".err"), err.encode("utf-8", errors="replace"))
+    with disk_full_as_error(root):
+        if result.source_path is not None and not result.stdout:
+            _copy_redacted(result.source_path, path)  # credentials never written
+        else:
+            _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"))
+        rc = "" if result.exited is None else str(result.exited)
+        rc = "timeout" if result.timed_out else rc
+        _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
+        err = result.stderr
+        for note in (result.failure, TRUNCATED_NOTE if result.truncated else None):
+            if note and note not in err:
+                err += ("\n" if err and not err.endswith("\n") else "") + f"runbook: {note}\n"
+        if err:
+            err_path = path.with_name(path.name + ".err")
+            _atomic_write(err_path, redact(err).encode("utf-8", errors="replace"))
 
 
 def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult]) -> Path:
-    """Write a bundle directory; bundle.yaml last, so a crash leaves no half bundle that looks
-    whole."""
-    root.mkdir(parents=True, exist_ok=True)
-    for result in results:
-        write_result(root, result)
-    _atomic_write(root / "bundle.yaml", yaml.safe_dump(meta.to_yaml(), sort_keys=False).encode())
+    """Write a bundle directory; bundle.yaml last, so a crash or a full disk leaves no half
+    bundle that looks whole."""
+    with disk_full_as_error(root):
+        root.mkdir(parents=True, exist_ok=True)
+        for result in results:
+            write_result(root, result)
+        _atomic_write(
+            root / "bundle.yaml", redact(yaml.safe_dump(meta.to_yaml(), sort_keys=False)).encode()
+        )
     return root
 
 

@@ -2,8 +2,9 @@
 
 Exit codes of sweep, sweep-merge and analyze-dir: 0 every host healthy, 1 findings (a root
 cause, or an inconclusive verdict) on some host, 3 some hosts not swept (unreachable, refused,
-hung past the deadline) and no finding, 2 usage or a bad inventory, or another sweep of the
-same inventory holds the lock. Registered by runbook/cli.py through `COMMANDS`.
+hung past the deadline) and no finding, 2 usage or a bad inventory, another sweep of the
+same inventory holds the lock, or no space left for the reports. Registered by runbook/cli.py
+through `COMMANDS`.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import Any
 from runbook import templating
 from runbook.conductor import Conductor, Finding, Status
 from runbook.errors import TemplateError
+from runbook.report.secrets import redact_data
 
 VERDICT_FORMAT = 1
 
@@ -249,7 +250,7 @@ def build_verdict(
             }
         )
 
-    return {
+    verdict: dict[str, Any] = {
         "format": VERDICT_FORMAT,
         "node": node,
         "runbook": runbook.id,
@@ -276,6 +277,9 @@ def build_verdict(
         "proposals": proposals,
         "timeline": build_timeline(conductor, local),
     }
+    # a credential a log line carried never reaches a verdict, a report or a sweep result
+    redacted: dict[str, Any] = redact_data(verdict)
+    return redacted
 
 
 def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:

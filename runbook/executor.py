@@ -24,6 +24,8 @@ from runbook import bundle as bundle_mod
 from runbook import parsers
 from runbook.conductor import Conductor, StageRecord
 from runbook.diagnosis import build_verdict
+from runbook.errors import disk_full_as_error
+from runbook.report.secrets import redact_data
 from runbook.spec.models import Runbook, Stage
 from runbook.transports.base import CommandResult, Probe, Transport
 
@@ -63,38 +65,66 @@ class NullObserver:
 def _atomic_json(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, default=str)
-        handle.write("\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(redact_data(data), handle, indent=2, default=str)
+            handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # a full disk must not leave a half-written temporary beside the complete file
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    """Append `data` whole or not at all: a write cut short (a full disk) is undone, so a
+    JSON-lines file never ends in half a line."""
+    size = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.ftruncate(fd, size)
+        raise
 
 
 class RunDirectory:
-    """A run's artifacts: `events.jsonl` (appended and flushed per event), `state.json` (the
-    conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence, a
-    DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run."""
+    """A run's artifacts: `events.jsonl` (one whole line per event, written at once), `state.json`
+    (the conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence,
+    a DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run. A full disk is a
+    DiskFullError naming the directory; what was written before stays whole."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.mkdir(parents=True, exist_ok=True)
+        with disk_full_as_error(path):
+            path.mkdir(parents=True, exist_ok=True)
+            self._events = os.open(
+                path / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+            )
         self.bundle = path / "bundle"
-        self._events = (path / "events.jsonl").open("a", encoding="utf-8")
 
     def event(self, kind: str, **data: Any) -> None:
-        record = {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
-        self._events.write(json.dumps(record, default=str) + "\n")
-        self._events.flush()
+        record = redact_data(
+            {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
+        )
+        with disk_full_as_error(self.path):
+            _append_whole(self._events, (json.dumps(record, default=str) + "\n").encode())
 
     def save_state(self, state: Mapping[str, Any]) -> None:
-        _atomic_json(self.path / "state.json", state)
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / "state.json", state)
 
     def save_verdict(self, verdict: Mapping[str, Any]) -> None:
-        _atomic_json(self.path / "verdict.json", verdict)
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / "verdict.json", verdict)
 
     def close(self) -> None:
-        self._events.close()
+        if self._events >= 0:
+            os.close(self._events)
+            self._events = -1
 
 
 @dataclass

@@ -228,17 +228,21 @@ _XID = re.compile(
 )
 _XID_PID = re.compile(r"^pid=(?P<pid>'?<?[^,]*?>?'?), name=(?P<name>[^,]*), (?P<rest>.*)$")
 _RECOVERY = re.compile(r"recovery action changed from .*? to (0x[0-9a-fA-F]+ \([^)]*\)|\S+)")
+# a bus ID, or its placeholder in a sanitized bundle (runbook/report/sanitize.py)
+_BUS = r"(?:[0-9a-fA-F:.]+|<BUS_ID_\d+>)"
 _FALLEN_GPU = re.compile(
-    r"NVRM: GPU (?:at )?(?:PCI:)?(?P<dev>[0-9a-fA-F:.]+):.*fallen off the bus", re.IGNORECASE
+    rf"NVRM: GPU (?:at )?(?:PCI:)?(?P<dev>{_BUS}):.*fallen off the bus", re.IGNORECASE
 )
-_NVIDIA_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F:.]+)")
+_NVIDIA_GPU = re.compile(
+    r"NVRM: The NVIDIA GPU (?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F:.]+|<BUS_ID_\d+>)"
+)
 _AER_RECEIVED = re.compile(
-    r"^(?P<rep>\S+ [0-9a-fA-F:.]+): AER: (?:Multiple )?"
+    rf"^(?P<rep>\S+ {_BUS}): AER: (?:Multiple )?"
     r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
     r" error (?:message )?received(?::| from) (?:id=)?(?P<dev>\S+)"
 )
 _AER_BUS = re.compile(
-    r"^(?P<rep>\S+ [0-9a-fA-F:.]+): (?:AER: )?PCIe Bus Error: severity="
+    rf"^(?P<rep>\S+ {_BUS}): (?:AER: )?PCIe Bus Error: severity="
     r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
     r"(?:, type=(?P<type>[^,]+))?"
 )

@@ -73,13 +73,22 @@ KEYWORDS = (
     "victed", "viction manager", "-- ",
 )  # fmt: skip
 _ANY_KIND = re.compile("|".join(f"(?:{p.pattern})" for _, p in _KINDS), re.IGNORECASE)
+# `<POD_UID_1>`, `<CONTAINER_ID_1>`: the ids in a sanitized bundle (runbook/report/sanitize.py)
 _UID = re.compile(
-    r"(?:podUID=\"?|\"ID\":\"|pod)([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})"
+    r"(?:podUID=\"?|\"ID\":\"|pod)([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}"
+    r"|<POD_UID_\d+>)"
 )
 _CID = re.compile(
     r"(?:containerd://|container_id:\\?\"|ContainerID:|\bid=|\"Data\":\"|containerID=\"?"
-    r"(?:containerd://)?|cri-containerd-)([0-9a-f]{64})"
+    r"(?:containerd://)?|cri-containerd-)([0-9a-f]{64}|<CONTAINER_ID_\d+>)"
 )
+
+
+def _pod_uid(text: str) -> str:
+    """The hyphenated UID (the systemd slice spells it with `_`); a placeholder as it is."""
+    return text if text.startswith("<") else text.replace("_", "-")
+
+
 _POD = re.compile(r"\bpod=\"([^\"]+)\"")
 _CNAME = re.compile(r"containerName=\"([^\"]+)\"")
 _EXIT = re.compile(r"exit_status:(\d+)|ExitStatus:(\d+)|exitCode=(\d+)")
@@ -140,7 +149,7 @@ def parse_journal(
                 unit=stamp.ident if stamp else None,
                 precise_time=iso(ct.group(1)) if ct else None,
                 pod=pod.group(1) if pod else None,
-                pod_uid=uid.group(1).replace("_", "-") if uid else None,
+                pod_uid=_pod_uid(uid.group(1)) if uid else None,
                 container_id=cid.group(1) if cid else None,
                 container_name=cname.group(1) if cname else None,
                 exit_status=int(next(g for g in ex.groups() if g)) if ex else None,

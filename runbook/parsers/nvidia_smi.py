@@ -209,7 +209,10 @@ def parse_query(lines: Iterable[str]) -> tuple[QueryGpu, ...]:
 
 # --- -q -----------------------------------------------------------------------------------------
 
-_Q_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
+# `<BUS_ID_3>`: a bus ID in a sanitized bundle (runbook/report/sanitize.py)
+_Q_GPU = re.compile(
+    r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|<BUS_ID_\d+>)\s*$"
+)
 _Q_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
 _Q_SECTION = re.compile(r"^(\s*)(\S.*?)\s*$")
 

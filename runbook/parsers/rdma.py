@@ -140,7 +140,8 @@ def parse_ibdev2netdev(lines: Iterable[str]) -> tuple[IbNetdev, ...]:
 
 
 _PCI = re.compile(
-    r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+"
+    # `<BUS_ID_3>`: a slot in a sanitized bundle (runbook/report/sanitize.py)
+    r"^(?P<slot>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]|<BUS_ID_\d+>)\s+"
     r"(?P<cls>[^\[:]+?)(?: \[(?P<cid>[0-9a-fA-F]{4})\])?: (?P<desc>.*?)"
     r"(?: \[(?P<vid>[0-9a-fA-F]{4}):(?P<did>[0-9a-fA-F]{4})\])?(?: \(rev (?P<rev>[0-9a-fA-F]+)\))?"
     r"\s*$"

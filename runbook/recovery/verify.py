@@ -30,6 +30,7 @@ from runbook.recovery.stages import Stage, StageResult, ladder, parse_headroom, 
 from runbook.remedies.approval import Desk, Refused
 from runbook.remedies.store import Proposal
 from runbook.remedies.verification import record, verifiable
+from runbook.report.secrets import redact_data
 from runbook.transports.base import Transport
 
 RUNBOOK = "nccl-recovery-check"
@@ -218,9 +219,11 @@ def verify(
         for judged in outcome.results if outcome is not None else []:
             raw = Path(walked.run_dir) / "replay" / f"stage-{judged.stage.index}.json"
             raw.parent.mkdir(parents=True, exist_ok=True)
-            raw.write_text(json.dumps(judged.report, indent=1, default=str))
+            raw.write_text(json.dumps(redact_data(judged.report), indent=1, default=str))
         (Path(walked.run_dir) / "verification.json").write_text(
-            json.dumps({"verified": ok, "reason": reason, **details}, indent=2, default=str)
+            json.dumps(
+                redact_data({"verified": ok, "reason": reason, **details}), indent=2, default=str
+            )
         )
     updated = record(desk, pid, verified=ok, reason=reason, details=details, actor=actor)
     return VerifyResult(updated, ok, reason, verdict, outcome, note or None,

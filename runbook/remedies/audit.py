@@ -10,7 +10,8 @@ Editing, removing or reordering any line breaks the chain at that line, which `v
 Cutting lines off the *end* leaves a valid shorter chain; to catch that, the approval store keeps
 the last (seq, hash) it saw as an anchor and `verify(path, anchor=...)` checks the file still
 reaches it. Appends hold an exclusive `flock` (two processes never interleave or fork the chain),
-write one line with one `write`, and fsync before returning.
+write one line whole or not at all (a full disk is a DiskFullError, the file as it was), and
+fsync before returning.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runbook.errors import RunbookError
+from runbook.errors import RunbookError, disk_full_as_error
+from runbook.report.secrets import redact_data
 
 GENESIS = "0" * 64
 
@@ -56,6 +58,20 @@ def _last_line(handle: Any) -> bytes | None:
             last: bytes = lines[-1]
             return last
     return None
+
+
+def _append_whole(fd: int, data: bytes) -> None:
+    """Append one entry whole, or leave the file as it was: a write cut short (a full disk
+    writes what fits) is truncated away, so the chain never ends in half an entry."""
+    size = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    except BaseException:
+        os.ftruncate(fd, size)
+        raise
 
 
 @dataclass(frozen=True)
@@ -100,13 +116,13 @@ class AuditLog:
                     "event": event,
                     "proposal": proposal,
                     "actor": actor,
-                    "data": dict(data or {}),
+                    "data": redact_data(dict(data or {})),  # credentials never written
                     "prev": prev,
                 }
                 entry["hash"] = _digest(entry)
                 line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
-                handle.write(line.encode())
-                os.fsync(handle.fileno())
+                with disk_full_as_error(self.path.parent):
+                    _append_whole(handle.fileno(), line.encode())
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return entry

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook.errors import RunbookError
+from runbook.errors import NO_SPACE, DiskFullError, RunbookError
 from runbook.remedies.audit import Anchor
 
 STATES = ("pending", "running", "succeeded", "failed", "denied", "refused")
@@ -72,6 +72,10 @@ CREATE TABLE IF NOT EXISTS audit_head (
     hash TEXT NOT NULL
 );
 """
+
+
+#: free space under which an I/O error of the store is taken for a full disk
+_ROOM = 1024 * 1024
 
 
 class StoreError(RunbookError):
@@ -152,8 +156,10 @@ class Store:
                     if statement.strip():
                         self._db.execute(statement)
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"approval store {path}: {exc}") from exc
+            raise self._error(exc) from exc
         except OSError as exc:
+            if exc.errno in NO_SPACE:
+                raise DiskFullError(f"no space left on {path.parent} ({exc.strerror})") from exc
             raise StoreError(f"approval store {path}: {exc.strerror or exc}") from exc
 
     def close(self) -> None:
@@ -165,25 +171,50 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _error(self, exc: sqlite3.DatabaseError) -> RunbookError:
+        """One line for a database error; a full disk says so (SQLite reports it as
+        SQLITE_FULL, or as an I/O error when growing its WAL index fails)."""
+        name = getattr(exc, "sqlite_errorname", "")
+        if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
+            try:
+                stat = os.statvfs(self.path.parent)
+                full = name == "SQLITE_FULL" or stat.f_bavail * stat.f_frsize < _ROOM
+            except OSError:
+                full = name == "SQLITE_FULL"
+            if full:
+                return DiskFullError(
+                    f"no space left on {self.path.parent} (approval store {self.path}: {exc})"
+                )
+        return StoreError(f"approval store {self.path}: {exc}")
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (`BEGIN IMMEDIATE`) so two writers serialise
-        instead of deadlocking on a read lock upgraded later."""
+        instead of deadlocking on a read lock upgraded later. A statement that fails for want
+        of space rolls the whole transaction back and is a DiskFullError."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"approval store {self.path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from exc
         try:
             yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
+        except BaseException as exc:
+            # SQLite may already have rolled back (SQLITE_FULL can): a second ROLLBACK would
+            # raise and hide the error that matters
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.DatabaseError):
+                error = self._error(exc)
+                if isinstance(error, DiskFullError):
+                    raise error from exc
             raise
         else:
             try:
                 self._db.execute("COMMIT")
             except sqlite3.DatabaseError as exc:
-                self._db.execute("ROLLBACK")
-                raise StoreError(f"approval store {self.path}: {exc}") from exc
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise self._error(exc) from exc
 
     # ----------------------------------------------------------------------------- writing
     def enqueue(

@@ -5,12 +5,13 @@ for the message of the sweep that finds it taken."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 from pathlib import Path
 
-from runbook.errors import UsageError
+from runbook.errors import UsageError, disk_full_as_error
 
 
 class SweepLocked(UsageError):
@@ -25,8 +26,9 @@ class SweepLock:
         self._fd: int | None = None
 
     def acquire(self) -> SweepLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        with disk_full_as_error(self.path.parent):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -39,8 +41,11 @@ class SweepLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n{self.key}\n".encode(), 0)
+        # the holder's pid is only for another sweep's message: a full disk costs that line,
+        # not the sweep (the flock is the lock)
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n{self.key}\n".encode(), 0)
         self._fd = fd
         return self
 

@@ -9,6 +9,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from runbook.errors import disk_full_as_error
 from runbook.sweep import report_junit, report_md, report_prom
 from runbook.sweep.results import SweepResult
 
@@ -42,7 +43,8 @@ def render_json(sweep: SweepResult) -> str:
 
 
 def write_reports(sweep: SweepResult, directory: Path) -> dict[str, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
+    """Each report replaced whole; a full disk is a DiskFullError, and the reports of the
+    last sweep that fitted stay as they were."""
     rendered = {
         "sweep.json": render_json(sweep),
         "sweep.md": report_md.render(sweep),
@@ -50,8 +52,10 @@ def write_reports(sweep: SweepResult, directory: Path) -> dict[str, Path]:
         "runbook.prom": report_prom.render(sweep),
     }
     written = {}
-    for name in NAMES:
-        path = directory / name
-        _replace(path, rendered[name])
-        written[name] = path
+    with disk_full_as_error(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in NAMES:
+            path = directory / name
+            _replace(path, rendered[name])
+            written[name] = path
     return written

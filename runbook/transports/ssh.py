@@ -39,6 +39,8 @@ from runbook.transports.capture import BoundedBuffer
 log = logging.getLogger(__name__)
 
 _EOF_GRACE_S = 2.0
+#: most bytes of one stream read before the loop looks at the clock again
+_DRAIN_BYTES = 4 * 1024 * 1024
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.02
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
@@ -130,6 +132,7 @@ def _connect(
         except (OSError, paramiko.SSHException) as exc:
             raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
     client.set_missing_host_key_policy(_HostKeyPolicy(options, address))
+    started = time.monotonic()
     try:
         client.connect(
             address.host,
@@ -177,12 +180,26 @@ def _connect(
         )
         raise UnreachableError(f"{address}: cannot connect: {reasons}") from None
     except (OSError, paramiko.SSHException, EOFError) as exc:
+        spoke = bool(getattr(client.get_transport(), "remote_version", ""))
         client.close()
+        if time.monotonic() - started >= options.connect_timeout:
+            # paramiko gives up negotiating at the timeout and then fails on "No existing
+            # session": say what the server did not do
+            waited = "the SSH handshake" if spoke else "an SSH banner (the port accepts TCP)"
+            raise UnreachableError(
+                f"{address}: timed out after {options.connect_timeout:g}s waiting for {waited}"
+            ) from None
         raise UnreachableError(f"{address}: {exc or type(exc).__name__}") from None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(15)
     return client
+
+
+def _dropped(channel: paramiko.Channel) -> bool:
+    """The channel was closed under us: no exit status and no EOF came (paramiko reports
+    such a channel as exited -1). A command that ends, even by a signal, is followed by EOF."""
+    return channel.closed and not channel.eof_received and channel.exit_status == -1
 
 
 def wrap_for_pgid(command: str) -> str:
@@ -270,7 +287,11 @@ class SSHTransport:
         while True:
             if self._drain(channel, out, err):
                 pause = _POLL_MIN_S
-                continue
+                if time.monotonic() < deadline:
+                    continue
+                # output that never stops (`yes`) must not outlive the timeout
+                timed_out = True
+                break
             if channel.exit_status_ready():
                 # sshd sends exit-status when it reaps the command, which can be before it
                 # has forwarded the last output: read on until EOF, or a short grace when a
@@ -294,6 +315,8 @@ class SSHTransport:
             else:
                 time.sleep(min(remaining, pause))  # the event is set: waiting on it would spin
             pause = min(pause * 2, _POLL_MAX_S)
+        if not timed_out and error is None and _dropped(channel):
+            error = "connection lost before the command finished"
         raw_err = err.getvalue()
         mark = _PGID_MARK.match(raw_err)
         if mark:
@@ -314,14 +337,19 @@ class SSHTransport:
 
     @staticmethod
     def _drain(channel: paramiko.Channel, out: BoundedBuffer, err: BoundedBuffer) -> bool:
-        """Read whatever is buffered on both streams; whether anything was."""
+        """Read what is buffered on both streams, at most _DRAIN_BYTES of each (a stream that
+        never stops must leave room for the deadline check); whether anything was read."""
         got = False
-        while channel.recv_ready():
-            out.feed(channel.recv(65536))
-            got = True
-        while channel.recv_stderr_ready():
-            err.feed(channel.recv_stderr(65536))
-            got = True
+        for ready, recv, buffer in (
+            (channel.recv_ready, channel.recv, out),
+            (channel.recv_stderr_ready, channel.recv_stderr, err),
+        ):
+            taken = 0
+            while taken < _DRAIN_BYTES and ready():
+                chunk = recv(65536)
+                buffer.feed(chunk)
+                taken += len(chunk)
+                got = True
         return got
 
     def _is_active(self) -> bool:

@@ -1,0 +1,248 @@
+"""The incident report and sanitized evidence: the file handling around the pure modules
+(`runbook.report.sanitize`, `runbook.report.secrets`, `runbook.report.markdown`).
+
+`runbook report PATH` takes a run directory (its `bundle/` and `verdict.json`) or a bundle
+(analysed here), and renders the verdict as the incident write-up (Markdown) or JSON; with
+`sanitize`, one Sanitizer learned from the bundle replaces identifiers in everything it prints.
+`sanitize_bundle` writes a sanitized copy of a bundle; `sanitize_results` does the same for
+evidence still in memory (`runbook collect --sanitize`). A sanitized copy is itself a bundle.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runbook import bundle as bundle_mod
+from runbook.errors import BundleError, UsageError
+from runbook.report import markdown
+from runbook.report.sanitize import Sanitizer, observe_order
+from runbook.report.secrets import redact, redact_data
+from runbook.transports.base import CommandResult
+
+SANITIZED_NOTE = (
+    "_Sanitized: node, pod, namespace, job, image, address, UUID, bus and container "
+    "identifiers are replaced with placeholders (`<NODE_1>`, `<POD_UID_1>`, …), credentials "
+    "with `<REDACTED>`; the figures, kernel signatures and times are as recorded._"
+)
+#: files larger than this are read and written in blocks of lines
+BLOCK_CHARS = 4 * 1024 * 1024
+
+
+def _blocks(path: Path) -> Iterator[str]:
+    """A file's text in blocks of whole lines."""
+    with path.open(encoding="utf-8", errors="replace", newline="") as handle:
+        block: list[str] = []
+        size = 0
+        for line in handle:
+            block.append(line)
+            size += len(line)
+            if size >= BLOCK_CHARS:
+                yield "".join(block)
+                block, size = [], 0
+        if block:
+            yield "".join(block)
+
+
+def _files(root: Path) -> list[str]:
+    names = [
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*")
+        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+    ]
+    return observe_order(names)
+
+
+def learn(root: Path, sanitizer: Sanitizer | None = None) -> Sanitizer:
+    """A Sanitizer that has learned every identifier of the bundle at `root` and numbered them
+    in the order a sanitized copy would (so a report and a copy agree)."""
+    sanitizer = sanitizer or Sanitizer()
+    names = _files(root)
+    for name in names:
+        for block in _blocks(root / name):
+            sanitizer.observe(name, block)
+    for name in names:
+        sanitizer.path(name)
+        for block in _blocks(root / name):
+            sanitizer.text(block)
+    return sanitizer
+
+
+def sanitize_bundle(source: Path, target: Path) -> Sanitizer:
+    """Write a sanitized copy of the bundle at `source` (a directory) into `target`;
+    bundle.yaml last, as every bundle is written. Returns the sanitizer (for the verdict)."""
+    sanitizer = Sanitizer()
+    names = _files(source)
+    for name in names:
+        for block in _blocks(source / name):
+            sanitizer.observe(name, block)
+    target.mkdir(parents=True, exist_ok=True)
+    meta = None
+    for name in names:
+        out_name = sanitizer.path(name)
+        out = target.joinpath(*bundle_mod.safe_member_name(out_name).parts)
+        if name == "bundle.yaml":
+            meta = out, sanitizer.text((source / name).read_text(errors="replace"))
+            continue
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with out.open("w", encoding="utf-8", newline="") as handle:
+            for block in _blocks(source / name):
+                handle.write(sanitizer.text(block))
+    if meta is not None:
+        bundle_mod.parse_meta(meta[1])  # still a bundle: refuse to write one that is not
+        meta[0].write_text(meta[1], encoding="utf-8")
+    return sanitizer
+
+
+def sanitize_results(
+    meta: bundle_mod.BundleMeta, results: Iterable[CommandResult]
+) -> tuple[bundle_mod.BundleMeta, list[CommandResult], Sanitizer]:
+    """Evidence collected but not yet written, sanitized: its bundle.yaml, its results (names,
+    output, standard error and failure text) and the sanitizer (never written with them)."""
+    results = list(results)
+    texts: dict[str, str] = {}
+    for result in results:
+        if not result.collected:
+            continue
+        stdout = result.stdout
+        if result.source_path is not None and not stdout:
+            stdout = Path(result.source_path).read_text(encoding="utf-8", errors="replace")
+        texts[result.name] = stdout
+        texts[result.name + ".err"] = result.stderr + (result.failure or "")
+    meta_text = yaml.safe_dump(meta.to_yaml(), sort_keys=False)
+    texts["bundle.yaml"] = meta_text
+    sanitizer = Sanitizer()
+    for name in observe_order(texts):
+        sanitizer.observe(name, texts[name])
+    clean_meta = bundle_mod.parse_meta(sanitizer.text(meta_text))
+    clean: list[CommandResult] = []
+    for result in results:
+        if not result.collected:
+            continue
+        clean.append(
+            replace(
+                result,
+                name=sanitizer.path(result.name),
+                command=sanitizer.text(result.command),
+                stdout=sanitizer.text(texts[result.name]),
+                stderr=sanitizer.text(result.stderr),
+                error=sanitizer.text(result.error) if result.error else result.error,
+                source_path=None,
+            )
+        )
+    return clean_meta, clean, sanitizer
+
+
+def write_private(path: Path, data: Mapping[str, Any]) -> None:
+    """Write JSON readable by its owner only (mode 0600, whatever the file was before)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), 0o600)
+        json.dump(data, handle, indent=2, ensure_ascii=False)
+        handle.write("\n")
+
+
+def check_map_path(map_path: Path, *outputs: Path) -> None:
+    """The mapping must never land in (or as) what it sanitized."""
+    resolved = map_path.resolve()
+    for output in outputs:
+        out = output.resolve()
+        if resolved == out or resolved.is_relative_to(out):
+            raise UsageError(
+                f"--sanitize-map {map_path} is inside the sanitized output {output}: "
+                "keep the mapping apart from what it sanitizes"
+            )
+
+
+@dataclass
+class Report:
+    text: str
+    verdict: dict[str, Any]
+    sanitizer: Sanitizer | None
+
+
+def _is_run_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "verdict.json").is_file() and (path / "bundle").is_dir()
+
+
+def _analyse(path: Path, runbook_ref: str, variables: dict[str, Any]) -> dict[str, Any]:
+    from runbook.bundle import replay_defaults
+    from runbook.executor import execute
+    from runbook.spec import load_file, resolve
+    from runbook.transports.replay import ReplayTransport
+
+    runbook = load_file(resolve(runbook_ref))
+    transport = ReplayTransport(str(path))
+    try:
+        meta = transport.bundle.meta
+        context = replay_defaults(meta, variables)
+        result = execute(runbook, transport, variables=variables, context=context, node=meta.node)
+    finally:
+        transport.close()
+    return result.verdict
+
+
+def build_report(
+    path: Path,
+    *,
+    fmt: str = "markdown",
+    sanitize: bool = False,
+    runbook_ref: str = "nccl-init-failure",
+    variables: Mapping[str, Any] | None = None,
+) -> Report:
+    """The incident report of a run directory or a bundle (directory or .tar.gz)."""
+    if _is_run_dir(path):
+        try:
+            verdict = json.loads((path / "verdict.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise BundleError(f"{path / 'verdict.json'}: unreadable verdict: {exc}") from None
+        if not isinstance(verdict, dict) or "root_cause" not in verdict:
+            raise BundleError(f"{path / 'verdict.json'}: not a verdict")
+        bundle_path = path / "bundle"
+    else:
+        verdict = _analyse(path, runbook_ref, dict(variables or {}))
+        bundle_path = path
+    verdict = redact_data(verdict)
+    sanitizer = None
+    if sanitize:
+        opened = bundle_mod.Bundle.open(bundle_path)
+        try:
+            sanitizer = learn(opened.root)
+        finally:
+            opened.close()
+        verdict = sanitizer.data(verdict)
+        verdict["sanitized"] = True
+    if fmt == "json":
+        text = json.dumps(verdict, indent=2, default=str) + "\n"
+    else:
+        text = markdown.render(verdict)
+        if sanitize:
+            text += "\n" + SANITIZED_NOTE + "\n"
+    return Report(redact(text), verdict, sanitizer)
+
+
+def write_collected(
+    out: Path,
+    meta: bundle_mod.BundleMeta,
+    results: Iterable[CommandResult],
+    *,
+    sanitize: bool = False,
+    map_path: Path | None = None,
+) -> str:
+    """Write what `runbook collect` gathered as a bundle at `out`, sanitized if asked (the
+    mapping only to `map_path`, mode 0600); returns the node's name as written."""
+    if not sanitize:
+        bundle_mod.write_bundle(out, meta, results)
+        return meta.node
+    clean_meta, clean, sanitizer = sanitize_results(meta, results)
+    bundle_mod.write_bundle(out, clean_meta, clean)
+    if map_path is not None:
+        write_private(map_path, sanitizer.mapping())
+    return clean_meta.node
