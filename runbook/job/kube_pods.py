@@ -59,6 +59,9 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 ROLES = {r.lower(): r for r in ("Master", "Worker", "Chief", "PS", "Evaluator", "Launcher")}
 _NPROC = re.compile(r"--nproc[-_]per[-_]node(?:=|\s+)(\d+|gpu|auto)\b")
 _NO_DEVICES = frozenset({"", "all", "none", "void"})
+#: more processes than one pod runs (or MPI slots than one worker has): a spec saying more is
+#: taken as not saying (1), rather than expanded into that many ranks
+MAX_PROCS = 4096
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ def layout_of(kind: str, job: Mapping[str, Any]) -> JobLayout:
     return JobLayout(
         kind=kind,
         has_master=bool(types & {"master", "chief"}),
-        slots_per_worker=slots if slots and slots > 0 else 1,
+        slots_per_worker=slots if slots and 0 < slots <= MAX_PROCS else 1,
         launcher_is_worker=bool(spec.get("runLauncherAsWorker")),
     )
 
@@ -187,7 +190,7 @@ def _procs(container: Mapping[str, Any], gpu_count: int) -> int:
     if value in ("gpu", "auto"):
         return gpu_count or 1
     count = _int(value)
-    return count if count and count > 0 else 1
+    return count if count and 0 < count <= MAX_PROCS else 1
 
 
 def _terminated(status: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -491,7 +491,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
             }
             for a in ordered
         ],
-        "nodes": [_node_row(r, clocks[r.host], firsts.get(r.host)) for r in results],
+        "nodes": [_node_row(r, clocks[r.host], firsts.get(r.host), spec) for r in results],
         "ranks": table,
         "outliers": outliers(results),
         "memory": job_memory(spec, results),
@@ -502,11 +502,15 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
 
 
 def _node_row(
-    result: HostResult, clock: NodeClock, first: Mapping[str, Any] | None
+    result: HostResult, clock: NodeClock, first: Mapping[str, Any] | None, spec: JobSpec
 ) -> dict[str, Any]:
     verdict = result.verdict or {}
+    scheduled = [r for r in spec.ranks if r.node == result.host]
     return {
         "node": result.host,
+        # what the scheduler gave the job on this node (Slurm knows GPUs per node, not per rank)
+        "ranks": sorted({r.rank for r in scheduled if r.rank is not None}),
+        "gpus": sorted({g for r in scheduled for g in r.gpus}),
         "target": result.target,
         "status": result.status.value,
         "root_cause": verdict.get("root_cause"),

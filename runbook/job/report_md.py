@@ -88,15 +88,15 @@ def job_markdown(verdict: Mapping[str, Any]) -> str:
     out += [
         "## Nodes",
         "",
-        "| node | status | root cause | clock offset | first anomaly |",
-        "|---|---|---|---|---|",
+        "| node | status | root cause | GPUs | clock offset | first anomaly |",
+        "|---|---|---|---|---|---|",
     ]
     for node in verdict.get("nodes") or []:
         fa = node.get("first_anomaly") or {}
         out.append(
             f"| {_cell(node.get('node'))} | {node.get('status')} | "
             f"{node.get('root_cause') or _cell(node.get('error'), 60)} | "
-            f"{_offset(node.get('clock'))} | "
+            f"{','.join(node.get('gpus') or []) or '–'} | {_offset(node.get('clock'))} | "
             f"{fa.get('time', '–')} {fa.get('source', '')}:{fa.get('line', '')} |"
         )
     out.append("")

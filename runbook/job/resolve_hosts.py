@@ -34,6 +34,7 @@ from runbook.transports.ssh import SSHAddress
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
+_NUMBER = re.compile(r"[0-9]{1,12}")
 
 
 def default_ssh_user() -> str:
@@ -44,17 +45,24 @@ def default_ssh_user() -> str:
         return "root"
 
 
+#: more ranks than one node of any job runs: `ranks=0-99999999999` is a typo, not a node
+MAX_RANKS = 100_000
+
+
 def parse_ranks(text: str) -> tuple[int, ...]:
-    """`0,1`, `0-7`, `0-3,8-11` → the ranks, in order; ValueError on anything else."""
-    ranks: list[int] = []
+    """`0,1`, `0-7`, `0-3,8-11` → the ranks, in order; ValueError on anything else (and on
+    more than MAX_RANKS ranks)."""
+    ranks: dict[int, None] = {}  # ordered, and a cheap membership test
     for part in text.split(","):
         low, dash, high = part.strip().partition("-")
-        if not low.isdigit() or (dash and not high.isdigit()):
+        if not _NUMBER.fullmatch(low) or (dash and not _NUMBER.fullmatch(high)):
             raise ValueError(f"bad rank {part.strip()!r} (expected N or N-M)")
         first, last = int(low), int(high) if dash else int(low)
         if last < first:
             raise ValueError(f"bad rank range {part.strip()!r}")
-        ranks += [r for r in range(first, last + 1) if r not in ranks]
+        if len(ranks) + last - first >= MAX_RANKS:
+            raise ValueError(f"more than {MAX_RANKS} ranks on one node ({part.strip()!r})")
+        ranks.update(dict.fromkeys(range(first, last + 1)))
     return tuple(ranks)
 
 

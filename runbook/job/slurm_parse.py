@@ -18,6 +18,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/]*)=")
+_NUMBER = re.compile(r"[0-9]{1,9}")
+#: more names than any Slurm cluster has nodes: a hostlist or range that expands to more is
+#: not a real one (`gpu-[0-99999999]`), and is kept as written instead of filling memory
+MAX_HOSTS = 100_000
 _GPU_IDX = re.compile(r"\bgpu(?::[\w.-]+)*\(IDX:([^)]*)\)")
 _NONE = frozenset({"", "(null)", "None", "Unknown", "N/A", "n/a"})
 _ALLOC_KEYS = ("CPU_IDs", "Mem", "GRES", "GRES_IDX")
@@ -100,12 +104,14 @@ def pairs(line: str) -> Iterator[tuple[str, str]]:
 
 
 def expand_ranges(text: str) -> list[str]:
-    """`0-3,6` → 0 1 2 3 6, keeping zero padding (`01-03` → 01 02 03); `N/A` → nothing."""
+    """`0-3,6` → 0 1 2 3 6, keeping zero padding (`01-03` → 01 02 03); `N/A` → nothing. A range
+    of more than MAX_HOSTS numbers in all is kept as written."""
     out: list[str] = []
     for part in text.split(","):
         part = part.strip()
         low, dash, high = part.partition("-")
-        if dash and low.isdigit() and high.isdigit():
+        numeric = dash and _NUMBER.fullmatch(low) and _NUMBER.fullmatch(high)
+        if numeric and len(out) + int(high) - int(low) < MAX_HOSTS:
             width = len(low) if low.startswith("0") else 0
             out += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
         elif part and part not in _NONE:
@@ -126,17 +132,28 @@ def _split_top(text: str) -> list[str]:
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """Slurm's hostlist syntax: `gpu-[01-03,07],login1`, `r[1-2]n[01-02]` → host names."""
+    """Slurm's hostlist syntax: `gpu-[01-03,07],login1`, `r[1-2]n[01-02]` → host names. An item
+    that would expand to more than MAX_HOSTS names in all is kept as written."""
     hosts: list[str] = []
     for item in _split_top(text.strip()):
-        match = re.search(r"\[([^\]]*)\]", item)
-        if not match:
-            hosts.append(item)
-            continue
-        head, tail = item[: match.start()], item[match.end() :]
-        for middle in expand_ranges(match.group(1)):
-            hosts += expand_hostlist(f"{head}{middle}{tail}")
+        expanded = _expand_item(item, MAX_HOSTS - len(hosts))
+        hosts += [item] if expanded is None else expanded
     return hosts
+
+
+def _expand_item(item: str, limit: int) -> list[str] | None:
+    """One hostlist item's names, or None when there would be more than `limit`."""
+    match = re.search(r"\[([^\]]*)\]", item)
+    if not match:
+        return [item]
+    head, tail = item[: match.start()], item[match.end() :]
+    names: list[str] = []
+    for middle in expand_ranges(match.group(1)):
+        more = _expand_item(f"{head}{middle}{tail}", limit - len(names))
+        if more is None or len(names) + len(more) > limit:
+            return None
+        names += more
+    return names
 
 
 def gpu_indices(gres: str) -> tuple[str, ...]:

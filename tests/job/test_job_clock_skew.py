@@ -340,5 +340,7 @@ def test_a_slurm_job_is_resolved_on_its_login_node_and_reached_through_the_inven
     assert verdict["root_cause"] == "host-memory-oom"
     assert verdict["first_anomaly"]["node"] == "jk-node-3"
     assert verdict["statement"].startswith("rank 5 on jk-node-3 was OOM-killed")
+    # Slurm knows each node's GPUs (scontrol -d: GRES=gpu:h100:2(IDX:0-1)), not each rank's
+    assert all(n["gpus"] == ["0", "1"] for n in verdict["nodes"]), verdict["nodes"]
     # Slurm names nodes, not ranks: the ranks come from each node's own logs
     assert sorted(r["rank"] for r in verdict["ranks"]) == list(range(8))
