@@ -73,11 +73,30 @@ class BundleMeta:
         return data
 
 
+class _MetaLoader(yaml.SafeLoader):
+    """bundle.yaml as written by write_bundle: no anchors or aliases. An alias would let a
+    few hundred bytes stand for gigabytes (`node: *lol9`, the billion laughs) once a value is
+    turned into text."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            raise yaml.composer.ComposerError(
+                None, None, "aliases are not allowed in bundle.yaml", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+
 def parse_meta(text: str, source: str = "bundle.yaml") -> BundleMeta:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_MetaLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise BundleError(f"{source}: not YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise BundleError(f"{source}: nested too deeply to be a bundle.yaml") from None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        # PyYAML's safe constructors on a tag its value does not fit (`node: !!int x`)
+        raise BundleError(f"{source}: not YAML: {type(exc).__name__}: {exc}") from None
     if not isinstance(data, dict):
         raise BundleError(f"{source}: expected a mapping")
     if data.get("format") != FORMAT:

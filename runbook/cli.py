@@ -2,7 +2,8 @@
 
 Exit codes: 0 the command ran (whatever it found), 1 refused or failed (an approval refused,
 a remedy that failed, an audit chain broken, a memory limit the guard refuses), 2 usage or bad
-input, 3 the target is unreachable or refused (host key, authentication), 130 interrupted.
+input, 3 the target is unreachable or refused (host key, authentication), 130 interrupted
+(^C), 143 terminated (SIGTERM), 129 hung up (SIGHUP): see runbook/interrupt.py.
 Every error is one line on stderr; a traceback reaching a user is a bug (`--debug` shows it).
 """
 
@@ -276,6 +277,10 @@ def run(
     showing its evidence and the Ansible check-mode diff: approve, deny (with a reason) or
     skip (leave it queued). --no-input, or no terminal, never approves.
 
+    Interrupted anywhere (^C: exit 130, SIGTERM: 143, SIGHUP: 129, or killed), the run
+    directory stays consistent and `runbook resume RUN_DIR` continues it from the last
+    completed stage, asking only the approvals not yet answered.
+
     With --job (or --hosts-from-file) instead of --target: the whole failed job — every node
     it ran on, read-only and at once — merged into one job verdict on one clock-corrected
     time axis.
@@ -296,22 +301,41 @@ def run(
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
     from runbook import config as config_mod
+    from runbook.cli_resume import approvals_phase
     from runbook.console import GuidedConsole
     from runbook.executor import RunDirectory, execute
-    from runbook.spec import load_file, resolve
+    from runbook.interrupt import as_interrupted
+    from runbook.resume import RECORD, new_record, read_runbook
 
-    runbook = load_file(resolve(runbook_ref))
+    runbook, runbook_file = read_runbook(runbook_ref)
     variables = parse_vars(var_items)
     cfg = config_mod.load(
         Path(ctx.obj["config"]) if ctx.obj.get("config") else None, db=db
     )
     saved_target = _target_record(target, kw)
+    # what `runbook resume` needs to walk the same runbook over the same target (no secret)
+    record = new_record(
+        runbook_file,
+        saved_target.as_dict(),
+        variables,
+        accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
+        db=str(Path(db).resolve()) if db else None,
+        config=str(Path(ctx.obj["config"]).resolve()) if ctx.obj.get("config") else None,
+        as_user=as_user,
+        no_input=no_input,
+    )
     transport = _open(target, kw)
+    directory: RunDirectory | None = None
     try:
-        node, context = _replay_context(transport, variables)
-        directory = RunDirectory(Path(run_dir) if run_dir else _new_run_dir(runbook.id, None))
-        observer = GuidedConsole(Console(stderr=fmt == "json", highlight=False), verbose=verbose)
         try:
+            node, context = _replay_context(transport, variables)
+            directory = RunDirectory(
+                Path(run_dir) if run_dir else _new_run_dir(runbook.id, None), exclusive=True
+            )
+            directory.write_json(RECORD, record.as_dict())
+            observer = GuidedConsole(
+                Console(stderr=fmt == "json", highlight=False), verbose=verbose
+            )
             result = execute(
                 runbook,
                 transport,
@@ -322,31 +346,26 @@ def run(
                 node=node,
             )
         finally:
-            directory.close()
-    finally:
-        transport.close()
-    from runbook.cli_approvals import guided_approvals
-    from runbook.remedies.approval import Desk
-
-    with Desk(cfg) as desk:
-        queued = desk.queue_verdict(
-            result.verdict,
-            node=str(result.verdict.get("node") or node or "node"),
-            target=saved_target,
-            runbook_id=runbook_ref,
-            variables={**runbook.vars, **variables},
-            run_dir=str(result.run_dir),
-            source="run",
-        )
+            transport.close()
         interactive = not no_input and fmt == "text" and sys.stdin.isatty()
-        guided_approvals(
+        approvals_phase(
             Console(stderr=fmt == "json", highlight=False),
-            desk,
-            queued,
+            cfg,
+            directory,
+            record,
+            runbook,
+            result.verdict,
             interactive=interactive,
             as_user=as_user,
-            advice=list(result.verdict.get("proposals") or []),
         )
+    except (KeyboardInterrupt, click.exceptions.Abort) as exc:
+        if directory is None:
+            raise
+        # the run directory is consistent wherever this came (runbook/interrupt.py)
+        raise as_interrupted(exc, hint=f"resume with: runbook resume {directory.path}") from None
+    finally:
+        if directory is not None:
+            directory.close()
     if fmt == "json":
         click.echo(json.dumps(result.verdict, indent=2, default=str))
     else:
@@ -604,7 +623,7 @@ def _register_subcommands() -> None:
     # modules that add their own commands: each exposes COMMANDS (a list of click commands)
     import importlib
 
-    for name in ("runbook.cli_sweep", "runbook.cli_recovery"):
+    for name in ("runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume"):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -619,6 +638,14 @@ _register_subcommands()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from runbook.interrupt import stop_signals
+
+    with stop_signals():  # SIGTERM and SIGHUP end a command as ^C does (runbook/interrupt.py)
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from runbook.interrupt import as_interrupted, settle
     from runbook.report.secrets import redact
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -633,12 +660,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.exceptions.Abort as exc:
+        settle()
         # click turns an EOFError escaping a command into Abort too; that is a bug, not ^C
         if isinstance(exc.__cause__, EOFError):
             if debug:
                 raise exc.__cause__ from None
             click.echo("runbook: internal error: unexpected end of stream (EOFError)", err=True)
             return 1
+        if isinstance(exc.__context__, KeyboardInterrupt):  # click's wrapping of ^C, SIGTERM
+            stopped = as_interrupted(exc)
+            click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
+            return stopped.exit_code
         click.echo("runbook: aborted", err=True)
         return 130
     except click.ClickException as exc:
@@ -649,9 +681,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.exception("error")
         click.echo(f"runbook: {redact(exc.one_line())}", err=True)
         return exc.exit_code
-    except KeyboardInterrupt:
-        click.echo("runbook: interrupted", err=True)
-        return 130
+    except KeyboardInterrupt as exc:  # ^C, SIGTERM, SIGHUP (Interrupted): one line, 128 + N
+        settle()
+        stopped = as_interrupted(exc)
+        click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
+        return stopped.exit_code
     except BrokenPipeError:
         return 0
     except Exception as exc:  # the last guard: a bug, still one line (with --debug, the trace)

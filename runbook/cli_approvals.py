@@ -352,10 +352,19 @@ def guided_approvals(
     interactive: bool,
     as_user: str | None = None,
     advice: list[Mapping[str, Any]] | None = None,
+    ledger: Any = None,
 ) -> None:
     """After a guided walk: each queued proposal with its evidence and check-mode diff, then
-    approve / deny / skip. Not interactive: say where each one waits."""
+    approve / deny / skip. Not interactive: say where each one waits.
+
+    `ledger` (runbook.resume.ApprovalLedger) is told of each prompt before it waits and of
+    each decision once taken, and saves them in the run directory, so that `runbook resume`
+    after an interruption asks only what was not answered yet."""
     from runbook.remedies import live
+
+    def decided(pid: str, outcome: str) -> None:
+        if ledger is not None:
+            ledger.decided(pid, outcome)
 
     for proposal in advice or []:
         show_advice(console, proposal)
@@ -373,15 +382,18 @@ def guided_approvals(
                 p = desk.replan_if_stale(p.id)
             except RunbookError as exc:
                 console.print(f"  [red]{escape(exc.one_line())}[/]")
+                decided(p.id, "refused")
                 continue
         show_proposal(console, p, brief=True)
         if p.state != "pending":
+            decided(p.id, p.state)  # decided elsewhere meanwhile (`runbook approvals …`)
             continue
         if not interactive:
             console.print(f"  queued: runbook approvals show {p.id} / approve {p.id}")
             continue
         if item.plan is None:
             console.print(f"  left in the queue as {p.id}: it cannot run as it is")
+            decided(p.id, "not executable")
             continue
         console.print("  [bold]check mode[/] (changes nothing):")
         try:
@@ -396,6 +408,8 @@ def guided_approvals(
             "deny", "skip"]
         if preview is not None and not preview.ok:
             console.print("  [red]the check run failed: approval is not offered[/]")
+        if ledger is not None:
+            ledger.asking(p.id)  # saved before the wait: an interrupt here loses nothing
         answer = click.prompt(
             "  " + " / ".join(choices),
             type=click.Choice([*choices, *(c[0] for c in choices)]),
@@ -405,12 +419,17 @@ def guided_approvals(
         answer = next(c for c in choices if c.startswith(answer))
         if answer == "skip":
             console.print(f"  skipped: left in the queue as {p.id}")
+            decided(p.id, "skipped")
             continue
         if answer == "deny":
             reason = click.prompt("  reason", err=True).strip() or "denied at the prompt"
             desk.deny(p.id, reason=reason, as_user=as_user)
+            decided(p.id, "denied")
             console.print(f"  denied: {escape(reason)}")
             continue
+        # before the claim: an interrupt while the playbook runs must not prompt again (the
+        # store says how it ended: running, succeeded, failed)
+        decided(p.id, "approved")
         console.print("  [bold]running[/]")
         try:
             execution = desk.approve(
@@ -427,7 +446,9 @@ def guided_approvals(
             if not isinstance(exc, RunbookError):
                 raise
             console.print(f"  [red]{escape(exc.one_line())}[/]")
+            decided(p.id, "refused")
             continue
+        decided(p.id, execution.proposal.state)
         report_execution(console, execution)
         if execution.ok:
             from runbook.recovery.offer import offer_verification

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import secrets
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,21 +35,30 @@ def _default_report_dir(kind: str, runbook_id: str) -> Path:
     return state_dir() / "sweeps" / f"{stamp}-{kind}-{runbook_id}-{secrets.token_hex(3)}"
 
 
-def _finish(sweep: Any, report_dir: Path, fmt: str) -> None:
-    """Write the four reports, print the result, exit with the sweep's code."""
+def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> None:
+    """Write the four reports, print the result, exit with the sweep's code. `checkpoint`
+    (a sweep's progress.jsonl) is marked finished once the reports are written."""
     from runbook.sweep.reports import write_reports
     from runbook.sweep.results import NOT_SWEPT, ordered_findings
 
     written = write_reports(sweep, report_dir)
+    if checkpoint is not None:
+        checkpoint.finish()
     if fmt == "json":
         click.echo(written["sweep.json"].read_text(encoding="utf-8"), nl=False)
     else:
         counts = ", ".join(f"{n} {s}" for s, n in sweep.counts().items() if n) or "no hosts"
-        rate = len(sweep.hosts) / sweep.duration_s if sweep.duration_s > 0 else 0.0
+        swept = len(sweep.hosts) - len(sweep.reused())
+        rate = swept / sweep.duration_s if sweep.duration_s > 0 else 0.0
         click.echo(
             f"{sweep.mode} of {len(sweep.hosts)} hosts in {sweep.duration_s:.1f}s "
             f"({rate:.1f} hosts/s): {counts}"
         )
+        if sweep.reused():
+            click.echo(
+                f"{len(sweep.reused())} hosts' results reused from the interrupted sweep "
+                f"started {sweep.resumed_from}: {_names([h.host for h in sweep.reused()])}"
+            )
         if sweep.missing_shards:
             click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
         findings = ordered_findings(sweep.hosts)
@@ -180,6 +190,12 @@ def _progress(title: str) -> Any:
     show_default=True,
     help="Seconds ansible-inventory (or kubectl) may take.",
 )
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --report DIR: when an earlier sweep of this inventory into DIR was interrupted, "
+    "keep the results of the hosts it finished and sweep only the rest.",
+)
 @click.pass_context
 def sweep(
     ctx: click.Context,
@@ -207,19 +223,28 @@ def sweep(
     kube_context: str | None,
     db: str | None,
     inventory_timeout: float,
+    resume: bool,
 ) -> None:
     """Sweep RUNBOOK read-only over every host of an inventory: collection and analysis only,
     never a remedy; each host's proposals go to the approval queue.
 
+    Each host's result is appended to REPORT/progress.jsonl as it completes. A sweep killed
+    before its end can be re-run with the same --report DIR: it says which hosts the
+    interrupted one had finished, and with --resume sweeps only the others (the reports then
+    cover every host, the reused ones marked); without --resume it starts over and keeps the
+    old progress file as progress.interrupted-STAMP.jsonl.
+
     \b
     runbook sweep nccl-init-failure -i inventory/ --limit gpu_nodes --forks 64
     runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
+    runbook sweep nccl-init-failure -i inventory/ --report /var/lib/sweeps/nightly --resume
     """
     from runbook import config as config_mod
     from runbook.config import state_dir
     from runbook.remedies.approval import Desk
     from runbook.spec import load_file, resolve
     from runbook.sweep import shard as shard_mod
+    from runbook.sweep.checkpoint import Checkpoint, now_iso
     from runbook.sweep.host import HostOptions, probes_per_host
     from runbook.sweep.lock import SweepLock
     from runbook.sweep.run import ProposalQueue, run_sweep
@@ -231,6 +256,8 @@ def sweep(
             "--limit selects from an Ansible inventory; with --kube-selector, "
             "narrow the label selector instead"
         )
+    if resume and not report_dir:
+        raise UsageError("--resume needs --report DIR: the directory the interrupted sweep wrote")
     k_n = shard_mod.parse_shard(shard) if shard else None
     variables = _vars(var_items)
     runbook = load_file(resolve(runbook_ref))
@@ -280,20 +307,98 @@ def sweep(
         cfg = config_mod.load(
             Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db
         )
-        with Desk(cfg) as desk:
-            result = run_sweep(
-                entries,
-                options,
-                forks=forks,
-                runbook_ref=runbook_ref,
-                source=source if inventory else f"nodes {kube_selector}",
-                shard=f"{k_n[0]}/{k_n[1]}" if k_n else None,
-                observer=_progress(f"sweep {runbook.id}"),
-                queue=ProposalQueue(
-                    desk, runbook_ref=runbook_ref, variables=variables, options=options
-                ),
-            )
-        _finish(result, out, fmt)
+        reused, resumed_from = _earlier_sweep(out, key, runbook_ref, entries, resume=resume)
+        checkpoint = Checkpoint(
+            out,
+            {
+                "key": key,
+                "runbook": runbook_ref,
+                "source": source,
+                "shard": f"{k_n[0]}/{k_n[1]}" if k_n else None,
+                "total": len(entries),
+                "started_at": now_iso(),
+                "resumed_from": resumed_from,
+            },
+            reused.values(),
+        )
+        try:
+            with Desk(cfg) as desk:
+                result = run_sweep(
+                    entries,
+                    options,
+                    forks=forks,
+                    runbook_ref=runbook_ref,
+                    source=source if inventory else f"nodes {kube_selector}",
+                    shard=f"{k_n[0]}/{k_n[1]}" if k_n else None,
+                    observer=_progress(f"sweep {runbook.id}"),
+                    queue=ProposalQueue(
+                        desk, runbook_ref=runbook_ref, variables=variables, options=options
+                    ),
+                    reused=reused,
+                    on_host=checkpoint.host_done,
+                    resumed_from=resumed_from,
+                )
+            _finish(result, out, fmt, checkpoint)
+        except KeyboardInterrupt as exc:  # ^C, SIGTERM: every host finished is in progress.jsonl
+            from runbook.interrupt import as_interrupted
+
+            hint = f"the same sweep with --report {out} --resume sweeps only the hosts not finished"
+            raise as_interrupted(exc, hint=hint) from None
+        finally:
+            checkpoint.close()
+
+
+def _names(names: list[str], limit: int = 20) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", … and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _earlier_sweep(
+    out: Path, key: str, runbook_ref: str, entries: Any, *, resume: bool
+) -> tuple[dict[str, Any], str | None]:
+    """An interrupted sweep's progress in the report directory: said on stderr; with --resume
+    the results of the hosts it finished (still in the inventory), else moved aside."""
+    from runbook.sweep import checkpoint
+
+    earlier = checkpoint.read(out)
+    if earlier is None or earlier.finished:
+        if resume:
+            click.echo(f"nothing to resume in {out}: sweeping every host", err=True)
+        return {}, None
+    done = sorted(earlier.results)
+    if not earlier.of(key, runbook_ref):
+        kept = checkpoint.move_aside(earlier)
+        click.echo(
+            f"{earlier.path} is the progress of an interrupted sweep of another inventory or "
+            f"runbook ({earlier.header.get('key')}, {earlier.header.get('runbook')}); "
+            f"starting over, it is kept as {kept.name}",
+            err=True,
+        )
+        return {}, None
+    click.echo(
+        f"an earlier sweep of this inventory was interrupted after {len(done)} of "
+        f"{earlier.total} hosts; finished: {_names(done) or 'none'} (it started "
+        f"{earlier.started_at or 'at an unknown time'})",
+        err=True,
+    )
+    if not resume:
+        kept = checkpoint.move_aside(earlier)
+        click.echo(
+            f"starting over (its progress is kept as {kept}; --resume would sweep only the "
+            "hosts it had not finished)",
+            err=True,
+        )
+        return {}, None
+    names = {e.name for e in entries}
+    reused = {name: replace(r, reused=True) for name, r in earlier.results.items() if name in names}
+    gone = [name for name in done if name not in names]
+    click.echo(
+        f"resuming: reusing {len(reused)} finished hosts' results, sweeping the other "
+        f"{len(names) - len(reused)}"
+        + (f" ({len(gone)} finished hosts are no longer in the inventory)" if gone else ""),
+        err=True,
+    )
+    return reused, earlier.started_at or None
 
 
 @click.command("sweep-merge")

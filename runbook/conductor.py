@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from runbook import templating
-from runbook.errors import TemplateError
+from runbook.errors import StateError, TemplateError
 from runbook.spec.models import END, Runbook, Stage
 from runbook.transports.base import CommandResult, Probe
 
@@ -304,6 +304,34 @@ class Conductor:
             "concluded": self.concluded,
             "records": {k: _record_state(v) for k, v in self.records.items()},
         }
+
+    @classmethod
+    def from_state(cls, runbook: Runbook, state: Mapping[str, Any]) -> Conductor:
+        """The conductor `to_state()` described, over the same runbook: what `runbook resume`
+        continues from. Pure; a state that does not fit `runbook` (another runbook, a stage it
+        lacks, a malformed record) is a StateError naming what does not fit."""
+        if not isinstance(state, Mapping):
+            raise StateError("state: expected a JSON object")
+        if state.get("runbook") != runbook.id:
+            raise StateError(f"state is of runbook {state.get('runbook')!r}, not {runbook.id!r}")
+        ids = {s.id for s in runbook.stages}
+        path = state.get("path", [])
+        records = state.get("records", {})
+        if not isinstance(path, list) or not isinstance(records, Mapping):
+            raise StateError("state: path must be a list and records an object")
+        unknown = sorted({str(i) for i in [*path, *records] if i not in ids})
+        current = state.get("current")
+        if current is not None and current not in ids:
+            unknown.append(str(current))
+        if unknown:
+            raise StateError(f"state names stages runbook {runbook.id!r} lacks: {unknown}")
+        if not isinstance(state.get("vars", {}), Mapping):
+            raise StateError("state: vars must be an object")
+        try:
+            return cls(runbook, state=state)
+        except (KeyError, TypeError, ValueError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise StateError(f"state: malformed stage record: {reason}") from None
 
     def _load(self, state: Mapping[str, Any]) -> None:
         self.vars = dict(state.get("vars", self.vars))

@@ -5,9 +5,11 @@
     RunbookError                      every error the tool raises on purpose; cli.py turns each
     │                                 into one line on stderr and the exit code in `exit_code`
     ├── UsageError (2)                bad flags, a bad --var, an unknown runbook id
-    │   └── JobError (2)              a job that does not resolve to nodes: a bad job reference,
-    │                                 an unsupported kind, a job not found or without pods or
-    │                                 nodes, its scheduler (kubectl, scontrol) failing
+    │   ├── JobError (2)              a job that does not resolve to nodes: a bad job reference,
+    │   │                             an unsupported kind, a job not found or without pods or
+    │   │                             nodes, its scheduler (kubectl, scontrol) failing
+    │   └── StateError (2)            a run directory `runbook resume` cannot continue: not a
+    │                                 run, its runbook changed, a state that does not fit it
     ├── SpecError (2)                 a runbook file that does not load or validate
     │                                 (carries every issue found, with line numbers)
     ├── TemplateError (2)             a command template or expression that does not render
@@ -18,6 +20,9 @@
         ├── UnreachableError          DNS, refused, timed out, connection dropped
         ├── AuthenticationError       no key accepted
         └── HostKeyError              unknown or changed host key (carries the fingerprint)
+
+Not errors, and outside the tree: being stopped by ^C, SIGTERM or SIGHUP is a KeyboardInterrupt
+(`runbook.interrupt.Interrupted`), so every cleanup unwinds and no `except Exception` catches it.
 
 A failing *command* is never an exception: it is a CommandResult with a non-zero exit, a
 timeout flag or an error text, and the engine records it as evidence (STYLE §3).
@@ -47,6 +52,11 @@ class UsageError(RunbookError):
 
 class JobError(UsageError):
     """A job that cannot be resolved to its ranks and nodes (runbook/job/resolve*.py)."""
+
+
+class StateError(UsageError):
+    """A run directory that cannot be resumed: not a run, its runbook changed since, or a
+    saved state that does not fit the runbook (runbook/resume.py, Conductor.from_state)."""
 
 
 class SpecError(RunbookError):

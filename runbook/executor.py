@@ -9,6 +9,7 @@ on the stage; the walk goes on. Observers (the guided console, the event log) se
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from runbook import bundle as bundle_mod
 from runbook import parsers
 from runbook.conductor import Conductor, StageRecord
 from runbook.diagnosis import build_verdict
-from runbook.errors import disk_full_as_error
+from runbook.errors import UsageError, disk_full_as_error
 from runbook.report.secrets import redact_data
 from runbook.spec.models import Runbook, Stage
 from runbook.transports.base import CommandResult, Probe, Transport
@@ -95,16 +96,36 @@ class RunDirectory:
     """A run's artifacts: `events.jsonl` (one whole line per event, written at once), `state.json`
     (the conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence,
     a DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run. A full disk is a
-    DiskFullError naming the directory; what was written before stays whole."""
+    DiskFullError naming the directory; what was written before stays whole.
 
-    def __init__(self, path: Path) -> None:
+    `exclusive`: hold an flock on events.jsonl while open, so a guided run and a `runbook
+    resume` of it (or two resumes) never write one directory at once; the kernel drops it when
+    the holder dies, even of SIGKILL."""
+
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
         self.path = path
         with disk_full_as_error(path):
-            path.mkdir(parents=True, exist_ok=True)
+            # owner-only: a run directory holds a node's logs, its pod spec and its verdict
+            if not path.is_dir():
+                path.mkdir(parents=True, exist_ok=True, mode=0o700)
+                path.chmod(0o700)  # whatever the umask
             self._events = os.open(
-                path / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+                path / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
             )
+        if exclusive:
+            try:
+                fcntl.flock(self._events, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._events)
+                raise UsageError(
+                    f"{path} is in use by another runbook process (a run or a resume of it)"
+                ) from None
         self.bundle = path / "bundle"
+
+    def write_json(self, name: str, data: Any) -> None:
+        """`name` in the run directory, replaced atomically (redacted, like every write)."""
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / name, data)
 
     def event(self, kind: str, **data: Any) -> None:
         record = redact_data(
@@ -157,8 +178,16 @@ def _run_probes(
 ) -> list[CommandResult]:
     if len(probes) <= 1:
         return [_guarded(transport)(p) for p in probes]
-    with ThreadPoolExecutor(max_workers=min(len(probes), max_parallel)) as pool:
-        return list(pool.map(_guarded(transport), probes))
+    pool = ThreadPoolExecutor(max_workers=min(len(probes), max_parallel))
+    try:
+        results = list(pool.map(_guarded(transport), probes))
+    except BaseException:
+        # ^C or SIGTERM: do not wait for the probes in flight (a `sleep 300` would hold the
+        # interrupt for its whole timeout); the caller closes the transport, which ends them
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
 
 
 def _parse(
@@ -217,11 +246,21 @@ def execute(
     collect_all: bool = False,
     max_parallel: int = 8,
     node: str | None = None,
+    resume: Conductor | None = None,
 ) -> RunResult:
     """Walk `runbook` over `transport`. With `collect_all`, every stage's probes run and no rule
-    routes (what `runbook collect` does, so a bundle holds everything any walk could read)."""
+    routes (what `runbook collect` does, so a bundle holds everything any walk could read).
+
+    `resume`: a conductor restored from an interrupted run's state.json
+    (`Conductor.from_state`); the preamble runs again (the node's clocks now), then the walk
+    goes on from its current stage, appending to the same run directory.
+
+    Order of the writes after each stage, so an interruption anywhere leaves a consistent
+    directory: state.json (atomically), then the `stage` event, then the observer (the
+    console). A stage in events.jsonl is always in state.json; state.json may be one stage
+    ahead of the events when the process died between the two."""
     observer = observer or NullObserver()
-    conductor = Conductor(runbook, variables)
+    conductor = resume if resume is not None else Conductor(runbook, variables)
     all_results: dict[str, CommandResult] = {}
     started = time.monotonic()
 
@@ -236,7 +275,16 @@ def execute(
         **(context or {}),
         "vars": conductor.vars,
     }
-    if run_dir:
+    if run_dir and resume is not None:
+        run_dir.event(
+            "run-resumed",
+            runbook=runbook.id,
+            target=transport.description,
+            node=node,
+            at=conductor.current,
+            walked=list(conductor.path),
+        )
+    elif run_dir:
         run_dir.event("run-started", runbook=runbook.id, target=transport.description, node=node)
 
     total = len(runbook.stages)
@@ -247,6 +295,8 @@ def execute(
         run_it, why = conductor.should_run(stage)
         if not run_it and not collect_all:
             record = conductor.skip(stage.id, f"skipped: {why} is false")
+            if run_dir:
+                run_dir.save_state(conductor.to_state())
             observer.stage_done(stage, record)
             continue
         probes, template_errors = conductor.probes(stage)
@@ -286,8 +336,8 @@ def execute(
             # collection walks every stage in order whatever the rules said
             ids = [s.id for s in runbook.stages]
             conductor.current = ids[index] if index < len(ids) else None
-        observer.stage_done(stage, record)
         if run_dir:
+            run_dir.save_state(conductor.to_state())
             run_dir.event(
                 "stage",
                 stage=stage.id,
@@ -297,7 +347,7 @@ def execute(
                 findings=[f.text for f in record.findings],
                 errors=record.errors,
             )
-            run_dir.save_state(conductor.to_state())
+        observer.stage_done(stage, record)
 
     verdict = build_verdict(
         conductor,

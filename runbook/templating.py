@@ -14,20 +14,30 @@ Three uses, three environments over one hardened sandbox:
   errors raise TemplateError.
 
 The sandbox refuses attribute tricks (`__class__`, `__globals__`, `mro`), is immutable (no
-`.append`/`.update` on facts), and drops the globals `lipsum`, `cycler`, `joiner` and `namespace`.
+`.append`/`.update` on facts), drops the globals `lipsum`, `cycler`, `joiner` and `namespace`,
+and reserves the name `self`. Jinja's own sandbox bounds `range()` only; ours also refuses, before
+it allocates anything, one operation that would build more than MAX_BUILT characters or items:
+`'x' * 10**10`, `2 ** 10**9`, a printf or format width of a billion (`'%*d'`, `'{:>N}'`,
+`|format`), padding (`center`, `ljust`, `rjust`, `zfill`, `expandtabs`, `|center`, `|indent`),
+`replace` and `join` whose result would be that large, and `|batch`/`|slice` counts. (What it
+does not bound: work compounded over many operations, such as nested loops over `range()` in
+a `{% for %}` template; runbooks are code and are reviewed as such.)
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
+import string
 from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, NoReturn
 
 import jinja2
 from jinja2 import ChainableUndefined, StrictUndefined, nodes
 from jinja2.exceptions import SecurityError
+from jinja2.filters import FILTERS
 from jinja2.lexer import describe_token
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -105,11 +115,192 @@ def _test_match(value: Any, pattern: str) -> bool:
 
 _DROPPED_GLOBALS = ("lipsum", "cycler", "joiner", "namespace")
 
+#: the most characters (or list items, or bits of an integer) one operation in a template may
+#: build; far above any real finding or command, far below what would exhaust memory
+MAX_BUILT = 1 << 20
+_PRINTF_WIDTHS = re.compile(r"%(?:\([^)]*\))?[#0 +-]*(\*|\d+)?(?:\.(\*|\d+))?")
+_DIGITS = re.compile(r"\d+")
+
+
+def _refuse(what: str) -> NoReturn:
+    raise SecurityError(f"{what} would build more than {MAX_BUILT} characters or items")
+
+
+def _too_big(number: Any) -> bool:
+    return isinstance(number, int) and number > MAX_BUILT
+
+
+def _check_digits(text: str, what: str) -> None:
+    # a digit run too long to convert is also too big (int() refuses 4300+ digits)
+    if any(len(d) > 9 or int(d) > MAX_BUILT for d in _DIGITS.findall(text)):
+        _refuse(what)
+
+
+def _check_printf(fmt: str | bytes, args: Any) -> None:
+    """`'%*d' % (10**9, 1)`, `'%1000000000s' % x`: widths and precisions, literal or `*`."""
+    text = fmt.decode("latin-1") if isinstance(fmt, bytes) else fmt
+    values = args if isinstance(args, tuple) else (args,)
+    for match in _PRINTF_WIDTHS.finditer(text):
+        for part in match.groups():
+            if part == "*" and any(_too_big(v) for v in values):
+                _refuse("a printf '*' width")
+            elif part and part != "*":
+                _check_digits(part, "a printf width")
+
+
+def _check_format_string(fmt: str) -> None:
+    """`'{:>1000000000}'.format(x)`; a field inside a spec (`'{0:{1}}'`) is refused outright."""
+    try:
+        fields = list(string.Formatter().parse(fmt))
+    except ValueError:
+        return  # the call itself says what is wrong
+    for _, _, spec, _ in fields:
+        if spec and "{" in spec:
+            raise SecurityError("a replacement field inside a format spec is not allowed")
+        if spec:
+            _check_digits(spec, "a format width")
+
+
+def _check_replace(s: Any, old: Any, new: Any, count: Any = None) -> None:
+    if not isinstance(s, str | bytes) or type(old) is not type(s) or type(new) is not type(s):
+        return
+    text: Any = s  # str or bytes, old and new the same type
+    hits = len(text) + 1 if not old else text.count(old)
+    if isinstance(count, int) and count >= 0:
+        hits = min(hits, count)
+    if len(s) + hits * (len(new) - len(old)) > MAX_BUILT:
+        _refuse("replace")
+
+
+def _join_size(separator: Any, items: list[Any]) -> int:
+    sep = len(separator) if isinstance(separator, str | bytes) else 0
+    return sep * max(0, len(items) - 1) + sum(len(i) for i in items if isinstance(i, str | bytes))
+
+
+def _bounded_call(obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """Refuse a str/bytes method call that would build too much; returns the arguments to call
+    with (a `join` argument is made a list first, so its size can be known)."""
+    owner = getattr(obj, "__self__", None)
+    if not isinstance(owner, str | bytes):
+        return args
+    name = getattr(obj, "__name__", "")
+    if name in ("center", "ljust", "rjust", "zfill"):
+        if _too_big(args[0] if args else kwargs.get("width")):
+            _refuse(name)
+    elif name == "expandtabs":
+        size = args[0] if args else kwargs.get("tabsize", 8)
+        tab: Any = "\t" if isinstance(owner, str) else b"\t"
+        tabs = owner.count(tab)
+        if isinstance(size, int) and tabs * size > MAX_BUILT:
+            _refuse(name)
+    elif name == "replace":
+        _check_replace(owner, *args, **kwargs)
+    elif name == "join" and args and not kwargs:
+        items = list(args[0])
+        if _join_size(owner, items) > MAX_BUILT:
+            _refuse(name)
+        return (items, *args[1:])
+    return args
+
+
+def _checked(name: str, check: Callable[..., Any]) -> Callable[..., Any]:
+    """Jinja's filter `name`, running `check` on its arguments (less Jinja's own context
+    argument) first; `check` may return a replacement for the filtered value."""
+    func = FILTERS[name]
+    skip = 1 if hasattr(func, "jinja_pass_arg") else 0
+
+    @functools.wraps(func)
+    def filtered(*args: Any, **kwargs: Any) -> Any:
+        value = check(*args[skip:], **kwargs)
+        if value is not None:
+            args = (*args[:skip], value, *args[skip + 1 :])
+        return func(*args, **kwargs)
+
+    return filtered
+
+
+def _check_join_filter(value: Any, d: Any = "", attribute: Any = None) -> list[Any]:
+    items = list(value)
+    if attribute is None and _join_size(d, items) > MAX_BUILT:
+        _refuse("join")
+    return items
+
+
+def _check_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> None:
+    lines = str(s).count("\n") + 1
+    if isinstance(width, str):
+        width = len(width)
+    if isinstance(width, int) and lines * width > MAX_BUILT:
+        _refuse("indent")
+
+
+def _check_count(value: Any, count: Any, fill_with: Any = None) -> None:
+    if _too_big(count):
+        _refuse("a batch or slice count")
+
+
+_BOUNDED_FILTERS: dict[str, Callable[..., Any]] = {
+    "center": lambda value, width=80: _refuse("center") if _too_big(width) else None,
+    "indent": _check_indent,
+    "format": lambda value, *args, **kwargs: _check_printf(str(value), kwargs or args),
+    "replace": _check_replace,
+    "join": _check_join_filter,
+    "batch": _check_count,
+    "slice": _check_count,
+}
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox with the size bounds of the module docstring."""
+
+    intercepted_binops = frozenset({"*", "**", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if operator == "*":
+            for seq, times in ((left, right), (right, left)):
+                sized = isinstance(seq, str | bytes | list | tuple)
+                if sized and isinstance(times, int) and len(seq) * times > MAX_BUILT:
+                    _refuse(f"'*' of a {type(seq).__name__}")
+        elif operator == "**":
+            whole = isinstance(left, int) and isinstance(right, int)
+            if whole and abs(left) > 1 and right > 0 and abs(left).bit_length() * right > MAX_BUILT:
+                _refuse("'**'")
+        elif operator == "%" and isinstance(left, str | bytes):
+            _check_printf(left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        args = _bounded_call(__obj, args, kwargs)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
+        wrapped = super().wrap_str_format(value)
+        if wrapped is not None:
+            _check_format_string(str(value.__self__))
+        return wrapped
+
+    def compile(self, source: Any, *args: Any, **kwargs: Any) -> Any:
+        # every template and expression is compiled here (expressions from a tree)
+        tree = self.parse(source) if isinstance(source, str) else source
+        problem = _reserved_name(tree)
+        if problem is not None:
+            raise jinja2.TemplateSyntaxError(problem, 1)
+        return super().compile(tree, *args, **kwargs)
+
+
+def _reserved_name(tree: nodes.Node) -> str | None:
+    """`self` would hand a template a reference to its own render context."""
+    names = (tree, *tree.find_all(nodes.Name))  # find_all leaves the root out: `when: self`
+    if any(isinstance(node, nodes.Name) and node.name == "self" for node in names):
+        return "the name 'self' is reserved"
+    return None
+
 
 def _make_env(**kwargs: Any) -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=False, **kwargs)
+    env = _Sandbox(autoescape=False, keep_trailing_newline=False, **kwargs)
     for name in _DROPPED_GLOBALS:
         env.globals.pop(name, None)
+    env.filters.update({name: _checked(name, check) for name, check in _BOUNDED_FILTERS.items()})
     env.filters.update(
         shjoin=_shjoin,
         regex_search=_regex_search,
@@ -208,7 +399,8 @@ def _unknown_names(tree: nodes.Node) -> str | None:
             return f"syntax error: No filter named {node.name!r}."
         if isinstance(node, nodes.Test) and node.name not in _TEXT_ENV.tests:
             return f"syntax error: No test named {node.name!r}."
-    return None
+    reserved = _reserved_name(tree)
+    return f"syntax error: {reserved}" if reserved else None
 
 
 @lru_cache(maxsize=4096)

@@ -94,7 +94,9 @@ def run_job(
 ) -> JobResult:
     from runbook.sweep.reports import write_reports
 
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not run_dir.is_dir():
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        run_dir.chmod(0o700)  # owner-only whatever the umask: it holds every node's evidence
     options = replace(
         options,
         clock_samples=options.clock_samples or SAMPLES,

@@ -103,17 +103,35 @@ def pairs(line: str) -> Iterator[tuple[str, str]]:
         yield match.group(1), line[match.end() : end].strip()
 
 
+def _numeric_range(part: str) -> tuple[int, int, int] | None:
+    """`01-03` → (1, 3, zero-padded width 2); None when `part` is not N-M."""
+    low, dash, high = part.partition("-")
+    if not (dash and _NUMBER.fullmatch(low) and _NUMBER.fullmatch(high)):
+        return None
+    return int(low), int(high), len(low) if low.startswith("0") else 0
+
+
+def _range_size(text: str) -> int:
+    """How many items `expand_ranges(text)` gives, without making them."""
+    size = 0
+    for part in text.split(","):
+        numbers = _numeric_range(part.strip())
+        size += max(0, numbers[1] - numbers[0] + 1) if numbers else 1
+    return size
+
+
 def expand_ranges(text: str) -> list[str]:
-    """`0-3,6` → 0 1 2 3 6, keeping zero padding (`01-03` → 01 02 03); `N/A` → nothing. A range
-    of more than MAX_HOSTS numbers in all is kept as written."""
+    """`0-3,6` → 0 1 2 3 6, keeping zero padding (`01-03` → 01 02 03); `N/A` → nothing. Text
+    that would give more than MAX_HOSTS numbers is kept as written (one item)."""
+    if _range_size(text) > MAX_HOSTS:
+        return [text]
     out: list[str] = []
     for part in text.split(","):
         part = part.strip()
-        low, dash, high = part.partition("-")
-        numeric = dash and _NUMBER.fullmatch(low) and _NUMBER.fullmatch(high)
-        if numeric and len(out) + int(high) - int(low) < MAX_HOSTS:
-            width = len(low) if low.startswith("0") else 0
-            out += [str(n).zfill(width) for n in range(int(low), int(high) + 1)]
+        numbers = _numeric_range(part)
+        if numbers:
+            low, high, width = numbers
+            out += [str(n).zfill(width) for n in range(low, high + 1)]
         elif part and part not in _NONE:
             out.append(part)
     return out
@@ -147,6 +165,8 @@ def _expand_item(item: str, limit: int) -> list[str] | None:
     if not match:
         return [item]
     head, tail = item[: match.start()], item[match.end() :]
+    if _range_size(match.group(1)) > limit:
+        return None
     names: list[str] = []
     for middle in expand_ranges(match.group(1)):
         more = _expand_item(f"{head}{middle}{tail}", limit - len(names))

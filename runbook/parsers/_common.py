@@ -8,6 +8,7 @@ glog timestamps carry none) is handed the bundle's `collected_at` and asks `Time
 from __future__ import annotations
 
 import io
+import math
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
@@ -119,19 +120,30 @@ def epoch_to_iso(seconds: float) -> str | None:
         return None
 
 
+def _finite(value: Any) -> float | None:
+    """`value` as a finite float, else None (NaN, infinity and 10**400 are not times)."""
+    try:
+        number = float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def to_epoch(value: Any) -> float | None:
     """A context value (`now`, `collected_at`) as epoch seconds: a number or an ISO string."""
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
-        return float(value)
+        return _finite(value)
     if isinstance(value, datetime):
         dt = value
     elif isinstance(value, str):
         try:
-            return float(value)
+            float(value)
         except ValueError:
             pass
+        else:
+            return _finite(value)
         parsed = _parse_iso(value)
         if parsed is None:
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -27,10 +28,13 @@ _KV = re.compile(r"^\s*([A-Za-z0-9_.\-]+)\s*[=:]\s*(.*?)\s*$")
 
 
 def _typed(value: str) -> Any:
-    if re.fullmatch(r"-?\d+", value):
+    """A number when `value` is one that JSON can hold (a finite float, an int Python will
+    convert: at most 4300 digits), else the text as it is."""
+    if re.fullmatch(r"-?[0-9]{1,4000}", value):
         return int(value)
-    if re.fullmatch(r"-?\d+\.\d*", value):
-        return float(value)
+    if re.fullmatch(r"-?[0-9]+\.[0-9]*", value):
+        number = float(value)
+        return number if math.isfinite(number) else value
     return value
 
 

@@ -13,7 +13,7 @@ from runbook.parsers.registry import Files, register
 MEMINFO = "meminfo.txt"
 DF_SHM = "df-shm.txt"
 
-_MEMINFO = re.compile(r"^([A-Za-z0-9_()]+):\s+(\d+)(?:\s+kB)?\s*$")
+_MEMINFO = re.compile(r"^([A-Za-z0-9_()]+):\s+([0-9]{1,20})(?:\s+kB)?\s*$")
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,9 @@ from runbook.parsers.registry import Files, register
 PREFIX = "procmem/"
 PIDS = PREFIX + "pids"
 _FILE = re.compile(r"^procmem/(\d+)\.(status|smaps_rollup)$")
-_KB = re.compile(r"^(\w+):\s+(\d+)\s*kB$")
+_KB = re.compile(r"^(\w+):\s+([0-9]{1,20})\s*kB$")
+#: a pid or count as the kernel prints it (at most 2**64: 20 digits)
+_COUNT = re.compile(r"[0-9]{1,20}")
 
 #: PyTorch's DataLoader worker processes (torch.utils.data._utils.worker sets the name)
 WORKER_NAMES = frozenset({"pt_data_worker"})
@@ -187,7 +189,7 @@ def _int_field(value: str | None) -> int | None:
     if value is None:
         return None
     head = value.split()[0] if value.split() else ""
-    return int(head) if head.isdigit() else None
+    return int(head) if _COUNT.fullmatch(head) else None
 
 
 def parse_status(text: str, pid: int) -> ProcStatus:
@@ -234,7 +236,7 @@ def parse_smaps_rollup(text: str) -> SmapsRollup | None:
 
 
 def parse_pids(text: str) -> list[int]:
-    return sorted({int(t) for t in text.split() if t.isdigit()})
+    return sorted({int(t) for t in text.split() if _COUNT.fullmatch(t)})
 
 
 def _process(status: ProcStatus, rollup: SmapsRollup | None) -> Process:

@@ -10,6 +10,7 @@ runbook/data/busbw-thresholds.yaml unless `min_busbw` is given. Variables read: 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,11 +31,12 @@ def _text(files: Files, name: str) -> str | None:
 
 
 def _number(value: Any) -> float | None:
+    """A positive, finite number (`--var nodes=inf` is not one), else None."""
     try:
         number = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    return number if number > 0 else None
+    return number if 0 < number < math.inf else None
 
 
 def _names(value: Any) -> list[str]:

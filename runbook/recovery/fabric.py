@@ -118,10 +118,13 @@ def fixed_set_report(
         problems.append(f"the NICs' active MTUs differ: {', '.join(map(str, mtus))}")
     gids: dict[str, str] = {}
     if gid_index not in (None, ""):
-        index = int(str(gid_index))
-        for p in used:
-            if index in p.gids:
-                gids[f"{p.device}/{p.port}"] = p.gids[index]
+        if re.fullmatch(r"[0-9]{1,6}", str(gid_index)):
+            index = int(str(gid_index))
+            for p in used:
+                if index in p.gids:
+                    gids[f"{p.device}/{p.port}"] = p.gids[index]
+        else:  # `--var ib_gid_index=three`: say so, rather than fail the stage
+            problems.append(f"NCCL_IB_GID_INDEX {gid_index!r} is not a GID index")
     report: dict[str, object] = {
         "nodes": requested_nodes,
         "hosts": sorted(set(seen_hosts)),

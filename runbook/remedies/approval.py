@@ -253,6 +253,7 @@ class Desk:
             os_user(),
             {"status": result.status, "rc": result.rc, "diff": result.diff_text()[:20000]},
         )
+        _stop_if_interrupted(result)
         return result
 
     def approve(
@@ -340,6 +341,7 @@ class Desk:
         if not check.ok:
             result = {"stage": "check", **check.as_dict()}
             done = self._finish(proposal, actor, ok=False, result=result)
+            _stop_if_interrupted(check)  # recorded first: never left `running`
             return Execution(done, check, None, result)
         try:
             applied = self._run(proposal, plan, check=False, on_task=on_task)
@@ -348,8 +350,10 @@ class Desk:
             self._finish(proposal, actor, ok=False, result=failure)
             raise
         result = {"stage": "apply", **applied.as_dict(), "check": _summary(check)}
-        result.update(self._post(proposal, plan))
+        if applied.interrupted is None:
+            result.update(self._post(proposal, plan))
         done = self._finish(proposal, actor, ok=applied.ok, result=result)
+        _stop_if_interrupted(applied)
         return Execution(done, check, applied, result)
 
     # ------------------------------------------------------------------------------ helpers
@@ -391,6 +395,14 @@ class Desk:
             comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
             return {"comparison": comparisons}
         return {}
+
+
+def _stop_if_interrupted(result: PlaybookResult) -> None:
+    """A playbook cancelled by ^C or SIGTERM: its outcome is recorded; now the command stops."""
+    if result.interrupted is not None:
+        from runbook.interrupt import Interrupted
+
+        raise Interrupted(result.interrupted)
 
 
 def _summary(result: PlaybookResult) -> dict[str, Any]:

@@ -68,10 +68,12 @@ class PlaybookResult:
     tasks: list[TaskOutcome] = field(default_factory=list)
     artifact_dir: str = ""
     stdout: str = ""
+    #: the signal (^C, SIGTERM, SIGHUP) that cancelled the playbook midway, if one did
+    interrupted: int | None = None
 
     @property
     def ok(self) -> bool:
-        return self.status == "successful" and self.rc == 0
+        return self.status == "successful" and self.rc == 0 and self.interrupted is None
 
     @property
     def changed(self) -> list[TaskOutcome]:
@@ -95,6 +97,7 @@ class PlaybookResult:
             "failed": [f"{t.host}: {t.task}: {t.message}" for t in self.failed],
             "diff": self.diff_text(),
             "artifact_dir": self.artifact_dir,
+            **({"interrupted_by": self.interrupted} if self.interrupted is not None else {}),
         }
 
 
@@ -205,6 +208,7 @@ def run_playbook(
         return True
 
     cmdline = "--diff --check" if check else "--diff"
+    stop = _Cancel()
     try:
         runner = ansible_runner.run(
             private_data_dir=str(private_dir),
@@ -219,10 +223,14 @@ def run_playbook(
             quiet=True,
             timeout=int(timeout),
             ident="check" if check else "apply",
+            # without a cancel_callback ansible-runner installs its own SIGINT and SIGTERM
+            # handlers and never puts ours back: ^C at every later prompt was swallowed
+            cancel_callback=stop.requested,
         )
     except Exception as exc:  # ansible-runner raises bare exceptions for setup problems
         raise PlaybookError(f"ansible-runner could not start {playbook}: {exc}") from exc
     finally:
+        stop.restore()
         shutil.rmtree(control, ignore_errors=True)
     artifacts = private_dir / "artifacts" / ("check" if check else "apply")
     try:
@@ -238,4 +246,39 @@ def run_playbook(
         tasks=outcomes,
         artifact_dir=str(artifacts),
         stdout=stdout,
+        interrupted=stop.signum,
     )
+
+
+class _Cancel:
+    """While a playbook runs, ^C, SIGTERM and SIGHUP cancel it (ansible-runner stops
+    ansible-playbook and reports `canceled`) instead of leaving it orphaned; the signal is
+    kept in the result, so the caller records the outcome and then stops (Desk raises
+    runbook.interrupt.Interrupted). The process's own handlers are put back afterwards."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        try:
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                if signal.getsignal(signum) is signal.SIG_IGN:
+                    continue
+                self._previous[signum] = signal.signal(signum, self._note)
+        except ValueError:  # not the main thread: signals are not ours to handle
+            pass
+
+    def _note(self, signum: int, frame: Any) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def restore(self) -> None:
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous = {}

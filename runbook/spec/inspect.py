@@ -31,6 +31,14 @@ Severity = Literal["error", "warning"]
 
 _KIND_ORDER = {"syntax": 0, "semantics": 1, "expression": 2}
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: what a terminal would act on or break a line at: escape sequences, carriage returns, \v
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def printable(text: str) -> str:
+    """`text` with control characters written as escapes (`\\x1b`, `\\n`): an issue quotes
+    values from the file, and one line on a terminal must stay one line and inert."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class Issue:
         where = f"{self.file}:{self.line}: "
         if self.severity == "warning":
             where += "warning: "
-        return where + (f"{self.path}: " if self.path else "") + self.message
+        return printable(where + (f"{self.path}: " if self.path else "") + self.message)
 
 
 def key_path(path: str, key: str) -> str:

@@ -90,7 +90,20 @@ class _LineLoader(_SafeBase):  # type: ignore[misc,valid-type]
     """SafeLoader whose mappings and sequences are LineMap / LineSeq."""
 
 
+def _expect(node: yaml.Node, kind: type[yaml.Node], what: str) -> None:
+    """A tag can put a scalar where a collection is built (`!!map 0`): a YAML error, as
+    PyYAML's own constructors say it."""
+    if not isinstance(node, kind):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"expected a {what}, but found a {getattr(node, 'id', 'node')}",
+            node.start_mark,
+        )
+
+
 def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> Iterator[LineMap]:
+    _expect(node, yaml.MappingNode, "mapping")
     loader.flatten_mapping(node)  # `<<: *anchor` merge keys
     data = LineMap(node.start_mark.line + 1)
     yield data
@@ -112,6 +125,7 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> Iterator[
 
 
 def _construct_sequence(loader: _LineLoader, node: yaml.SequenceNode) -> Iterator[LineSeq]:
+    _expect(node, yaml.SequenceNode, "sequence")
     data = LineSeq(node.start_mark.line + 1)
     yield data
     for item in node.value:
@@ -160,12 +174,32 @@ class Reading:
         return [i for i in self.issues if i.severity == "error"]
 
 
+#: the longest runbook read, in characters: the shipped one is 30 KB; reading YAML costs about
+#: 60 bytes of memory per byte of text, so a 20 MB file of keys would take over a gigabyte
+MAX_RUNBOOK_CHARS = 4 * 1024 * 1024
+
+
 def read(text: str, path: str = "<string>") -> Reading:
     """Read a runbook's YAML into the model, collecting every issue; never raises."""
+    if len(text) > MAX_RUNBOOK_CHARS:
+        message = (
+            f"{len(text)} characters is more than a runbook may hold ({MAX_RUNBOOK_CHARS}); "
+            "is this the right file?"
+        )
+        return Reading(None, [Issue("syntax", "", 1, message, file=path)])
     try:
         data = _parse_yaml(text)
     except yaml.YAMLError as exc:
         return Reading(None, [_yaml_issue(exc, path)])
+    except RecursionError:
+        # libyaml stops flow nesting at 1000 levels, but the constructors recurse per level
+        message = "invalid YAML: nested too deeply to be a runbook"
+        return Reading(None, [Issue("syntax", "", 1, message, file=path)])
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+        # PyYAML's safe constructors fail this way on an explicit tag its value does not fit
+        # (`!!int x`, `!!bool x`, `!!timestamp x`)
+        message = f"invalid YAML: a tagged value cannot be built ({type(exc).__name__}: {exc})"
+        return Reading(None, [Issue("syntax", "", 1, message, file=path)])
     builder = _Builder(path)
     runbook = builder.runbook(data)
     issues = builder.issues

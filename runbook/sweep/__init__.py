@@ -14,6 +14,7 @@
     results.py               HostResult / SweepResult (sweep.json's model)
     report_*.py, reports.py  sweep.md, junit.xml, runbook.prom; writing all four
     progress.py              the live bar on a terminal, plain lines otherwise
+    checkpoint.py            progress.jsonl: each host's result as it completes (--resume)
     plan.py                  the probes for roles/evidence_collect (collect-plan)
 """
 

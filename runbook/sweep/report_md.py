@@ -58,6 +58,13 @@ def render(sweep: SweepResult) -> str:
     ]
     if sweep.missing_shards:
         lines += ["", f"**Missing shards: {', '.join(sweep.missing_shards)}** (not swept)."]
+    reused = sweep.reused()
+    if reused:
+        lines += [
+            "",
+            f"Resumed: {len(reused)} hosts' results (marked *reused*) come from the interrupted "
+            f"sweep started {sweep.resumed_from or '?'}: {_cell(_names(reused))}.",
+        ]
 
     lines += ["", "## By root cause", "", "| root cause | hosts | which |", "|---|---:|---|"]
     by_cause: dict[str, list[HostResult]] = {}
@@ -75,8 +82,9 @@ def render(sweep: SweepResult) -> str:
         lines.append("None: every swept host is healthy.")
     for host in findings:
         verdict = host.verdict or {}
+        mark = " *reused*" if host.reused else ""
         lines += [
-            f"### {host.host}: {verdict.get('root_cause')} ({verdict.get('confidence')})",
+            f"### {host.host}: {verdict.get('root_cause')} ({verdict.get('confidence')}){mark}",
             "",
         ]
         if verdict.get("surfaced_as"):
@@ -97,9 +105,8 @@ def render(sweep: SweepResult) -> str:
     if not_swept:
         lines += ["", "## Not swept", "", "| host | status | why |", "|---|---|---|"]
         for host in sorted(not_swept, key=lambda h: (h.status.value, h.host)):
-            lines.append(
-                f"| {_cell(host.host)} | {host.status.value} | {_cell(host.error or '')} |"
-            )
+            why = (host.error or "") + (" (reused)" if host.reused else "")
+            lines.append(f"| {_cell(host.host)} | {host.status.value} | {_cell(why)} |")
     healthy = [h for h in sweep.hosts if h.status not in FAILING | NOT_SWEPT]
     if healthy:
         lines += ["", f"Healthy: {_names(healthy)}."]

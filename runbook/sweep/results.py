@@ -85,6 +85,8 @@ class HostResult:
     run_dir: str | None = None
     #: its clock against the collector's (runbook.job.clock), when the sweep measured it
     clock: dict[str, Any] | None = None
+    #: taken from an interrupted earlier sweep (`sweep --resume`), not swept this time
+    reused: bool = False
 
     @property
     def root_cause(self) -> str | None:
@@ -113,6 +115,8 @@ class HostResult:
             data["run_dir"] = self.run_dir
         if self.clock is not None:
             data["clock"] = self.clock
+        if self.reused:
+            data["reused"] = True
         return data
 
     @classmethod
@@ -129,6 +133,7 @@ class HostResult:
             queued=tuple(str(q) for q in data.get("queued") or ()),
             run_dir=data.get("run_dir"),
             clock=dict(data["clock"]) if isinstance(data.get("clock"), Mapping) else None,
+            reused=bool(data.get("reused")),
         )
 
 
@@ -159,6 +164,8 @@ class SweepResult:
     missing_shards: list[str] = field(default_factory=list)
     #: unix time the sweep finished (a merge: the oldest shard's), for runbook.prom
     finished_ts: float = 0.0
+    #: `sweep --resume`: when the interrupted sweep whose finished hosts were reused started
+    resumed_from: str | None = None
 
     def counts(self) -> dict[str, int]:
         counts = {status.value: 0 for status in Status}
@@ -195,8 +202,12 @@ class SweepResult:
             "timeout_per_host_s": self.timeout_per_host_s,
             "counts": self.counts(),
             "exit_code": self.exit_code(),
+            **({"resumed_from": self.resumed_from} if self.resumed_from else {}),
             "hosts": [r.as_dict() for r in self.hosts],
         }
+
+    def reused(self) -> list[HostResult]:
+        return [r for r in self.hosts if r.reused]
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SweepResult:
@@ -214,6 +225,7 @@ class SweepResult:
             shards=[str(s) for s in data.get("shards") or ()],
             missing_shards=[str(s) for s in data.get("missing_shards") or ()],
             finished_ts=float(data.get("finished_ts") or 0.0),
+            resumed_from=data.get("resumed_from"),
         )
 
 

@@ -146,14 +146,21 @@ def run_sweep(
     observer: SweepObserver | None = None,
     queue: Callable[[HostEntry, HostResult], tuple[str, ...]] | None = None,
     grace_s: float = 1.0,
+    reused: Mapping[str, HostResult] | None = None,
+    on_host: Callable[[HostResult], None] | None = None,
+    resumed_from: str | None = None,
 ) -> SweepResult:
-    """Sweep `entries` read-only; results in the entries' order."""
+    """Sweep `entries` read-only; results in the entries' order. Hosts in `reused` (finished
+    by an interrupted earlier sweep) are not contacted: their results stand, marked reused.
+    `on_host` sees each new result once it is final, its proposals queued (checkpoint.py)."""
     observer = observer or NullSweepObserver()
     by_name = {e.name: e for e in entries}
+    reused = {k: replace(v, reused=True) for k, v in (reused or {}).items() if k in by_name}
+    todo = [e for e in entries if e.name not in reused]
     final: dict[str, HostResult] = {}
     started_at, t0 = now_iso(), time.monotonic()
     warm_templates(options.runbook)
-    observer.started(len(entries))
+    observer.started(len(todo))
 
     def on_result(result: HostResult) -> None:
         if queue is not None:
@@ -161,19 +168,21 @@ def run_sweep(
             if ids:
                 result = replace(result, queued=ids)
         final[result.host] = result
+        if on_host is not None:
+            on_host(result)
         observer.host_done(result)
 
     private = tempfile.TemporaryDirectory(prefix="runbook-sweep-")
     if not options.accept_new_host_keys:
         options = replace(options, known_hosts_cache=KnownHosts(Path(private.name)))
     try:
-        _pool(entries, options, forks=forks, on_result=on_result, grace_s=grace_s)
+        _pool(todo, options, forks=forks, on_result=on_result, grace_s=grace_s)
     finally:
         private.cleanup()
     sweep = SweepResult(
         runbook=runbook_ref,
         source=source,
-        hosts=[final[e.name] for e in entries],
+        hosts=[final.get(e.name) or reused[e.name] for e in entries],
         started_at=started_at,
         finished_at=now_iso(),
         duration_s=time.monotonic() - t0,
@@ -182,6 +191,7 @@ def run_sweep(
         forks=forks,
         timeout_per_host_s=options.timeout_per_host,
         finished_ts=time.time(),
+        resumed_from=resumed_from if reused else None,
     )
     observer.finished(sweep)
     return sweep

@@ -7,6 +7,7 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 import time
 
 from runbook.transports.base import CommandResult, Probe, decode
@@ -58,8 +59,55 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             time.sleep(0.01)
 
 
-def run_argv(argv: list[str], name: str, command: str, timeout: float) -> CommandResult:
-    """Run argv with bounded capture and a deadline that kills its process group."""
+class Running:
+    """The process groups of a transport's probes in flight, so that closing the transport (a
+    run stopped by ^C or SIGTERM) stops them at once instead of waiting out their timeouts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
+
+    def add(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Track `proc`; False when the transport is already closed (stop it yourself)."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._procs.add(proc)
+            return True
+
+    def discard(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def stop_all(self) -> None:
+        """TERM to every group, one shared grace, then KILL to what is left."""
+        with self._lock:
+            self._closed = True
+            procs = list(self._procs)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for proc in procs:
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.monotonic() + _KILL_GRACE_S
+            while procs and time.monotonic() < deadline:
+                procs = [p for p in procs if p.poll() is None or _group_alive(p.pid)]
+                time.sleep(0.01)
+            if not procs:
+                return
+
+
+def run_argv(
+    argv: list[str],
+    name: str,
+    command: str,
+    timeout: float,
+    running: Running | None = None,
+) -> CommandResult:
+    """Run argv with bounded capture and a deadline that kills its process group; `running`
+    tracks it while it runs (see Running)."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -71,6 +119,21 @@ def run_argv(argv: list[str], name: str, command: str, timeout: float) -> Comman
         )
     except OSError as exc:
         return CommandResult(name, command, error=f"could not start: {exc.strerror}", exited=None)
+    if running is not None and not running.add(proc):
+        kill_group(proc)
+    try:
+        return _capture(proc, name, command, timeout, start)
+    except BaseException:  # ^C while this thread waits on it: the command must not outlive us
+        kill_group(proc)
+        raise
+    finally:
+        if running is not None:
+            running.discard(proc)
+
+
+def _capture(
+    proc: subprocess.Popen[bytes], name: str, command: str, timeout: float, start: float
+) -> CommandResult:
     out, err = BoundedBuffer(), BoundedBuffer()
     timed_out = False
     assert proc.stdout is not None and proc.stderr is not None
@@ -120,8 +183,11 @@ class LocalTransport:
     def __init__(self, shell: str = "/bin/sh") -> None:
         self.shell = shell
 
+        self._running = Running()
+
     def run(self, probe: Probe) -> CommandResult:
-        return run_argv([self.shell, "-c", probe.command], probe.name, probe.command, probe.timeout)
+        argv = [self.shell, "-c", probe.command]
+        return run_argv(argv, probe.name, probe.command, probe.timeout, self._running)
 
     def close(self) -> None:
-        pass
+        self._running.stop_all()

@@ -3,12 +3,13 @@ namespaces from a privileged agent. The argv/command builders are pure and teste
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import replace
 
 from runbook.errors import UnreachableError, UsageError
 from runbook.transports.base import CommandResult, Probe, Transport
-from runbook.transports.local import run_argv
+from runbook.transports.local import Running, run_argv
 
 NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
 
@@ -68,11 +69,26 @@ def kubectl_exec_argv(
     return argv
 
 
+#: Kubernetes object names (RFC 1123): a namespace is a DNS label, a pod a DNS subdomain. Only
+#: such a name reaches kubectl's argv, so none can be read as an option (`--kubeconfig=…`).
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_NAMESPACE = re.compile(_DNS_LABEL)
+_POD = re.compile(rf"(?=.{{1,253}}$){_DNS_LABEL}(?:\.{_DNS_LABEL})*")
+
+
+def check_kubectl_names(namespace: str, pod: str) -> None:
+    """UsageError unless both are Kubernetes names."""
+    for what, name, pattern in (("namespace", namespace, _NAMESPACE), ("pod", pod, _POD)):
+        if not pattern.fullmatch(name):
+            raise UsageError(f"{name!r} is not a Kubernetes {what} name (RFC 1123)")
+
+
 def parse_kubectl_target(text: str) -> tuple[str, str]:
     """`NAMESPACE/POD` (the part after `kubectl://`)."""
     parts = text.strip("/").split("/")
     if len(parts) != 2 or not all(parts):
         raise UsageError(f"kubectl target must be kubectl://NAMESPACE/POD, not kubectl://{text}")
+    check_kubectl_names(parts[0], parts[1])
     return parts[0], parts[1]
 
 
@@ -91,10 +107,12 @@ class KubectlTransport:
         nsenter_pid: int | None = 1,
         check_timeout: float = 20.0,
     ) -> None:
+        check_kubectl_names(namespace, pod)
         self.namespace, self.pod = namespace, pod
         self._container, self._context = container, context
         self._kubectl, self._nsenter_pid = kubectl, nsenter_pid
         self.description = f"kubectl://{namespace}/{pod}"
+        self._running = Running()
         probe = self.run(Probe("(connect)", "true", timeout=check_timeout))
         if not probe.ok:
             why = (
@@ -114,7 +132,8 @@ class KubectlTransport:
         )
 
     def run(self, probe: Probe) -> CommandResult:
-        return run_argv(self._argv(probe.command), probe.name, probe.command, probe.timeout)
+        argv = self._argv(probe.command)
+        return run_argv(argv, probe.name, probe.command, probe.timeout, self._running)
 
     def close(self) -> None:
-        pass
+        self._running.stop_all()  # kubectl exec processes in flight (an interrupted run)

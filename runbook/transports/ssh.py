@@ -251,7 +251,11 @@ class SSHTransport:
         with self._slots:
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
-                channel.exec_command(wrap_for_pgid(probe.command))
+                # as bytes: a value that was not UTF-8 (`--var v=$'\xff'`, kept by Python as
+                # lone surrogates) reaches the shell as the bytes it was, still one quoted word
+                channel.exec_command(
+                    wrap_for_pgid(probe.command).encode("utf-8", "surrogateescape")
+                )
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 return CommandResult(
                     probe.name,

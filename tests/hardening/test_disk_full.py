@@ -285,7 +285,8 @@ def test_a_sweep_whose_reports_do_not_fit_keeps_the_last_reports_whole(
     first = disks.cli(args, env, tmp_path / "1", timeout=120)
     assert first.rc == 0, first.stderr[-2000:]
     before = _snapshot(disks.view(report))
-    assert set(before) == {"sweep.json", "sweep.md", "junit.xml", "runbook.prom"}
+    # and the finished sweep's progress (test_interrupt.py)
+    assert set(before) == {"sweep.json", "sweep.md", "junit.xml", "runbook.prom", "progress.jsonl"}
 
     disks.fill(disks.full)
     second = disks.cli(args, env, tmp_path / "2", timeout=120)

@@ -1,0 +1,331 @@
+"""What a guided run keeps so it can be continued after an interruption (`runbook resume`).
+
+A run directory holds, besides events.jsonl, state.json, bundle/ and verdict.json:
+
+- **run.json**, written when the run starts: the runbook (the reference given, the file it
+  resolved to and that file's sha256, so a runbook changed since is refused), the target as
+  the approval store records it (`remedies.plans.Target`: the URL, key *paths*, known_hosts,
+  jump host, timeouts — never a key's contents, never a password), whether new host keys were
+  accepted, the `--var` values (redacted like every write: a value that looks like a credential
+  is not written, and a run that had one cannot be resumed), the working directory (relative
+  paths in variables mean what they meant), the approval store and config used, and the
+  run's options.
+- **approvals.json**, the ledger of the approval phase: the proposals this run queued, the
+  decision taken at each prompt (`approved`, `denied`, `skipped`, …), the one being waited
+  on, and `done` once every proposal was decided or listed. It is saved before each prompt
+  and after each decision, so a resume asks only what was not yet answered.
+
+Where a run stands, from the files alone: no state.json → interrupted before its first stage
+was complete; state.json without verdict.json → interrupted in the walk (state.json is the
+last completed stage); verdict.json without a finished ledger → interrupted in the approval
+phase; ledger done → finished, nothing to resume.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runbook.errors import SpecError, StateError
+from runbook.report.secrets import redact_data
+from runbook.spec.models import Runbook
+
+RECORD = "run.json"
+LEDGER = "approvals.json"
+RECORD_FORMAT = 1
+#: a temporary of an atomic write (tempfile.mkstemp(prefix=".NAME.")) left by a SIGKILL
+_TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}$")
+
+
+def now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunbookFile:
+    """The runbook a run walked: as given (`ref`), the file it resolved to, its sha256."""
+
+    ref: str
+    path: str
+    sha256: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"ref": self.ref, "path": self.path, "sha256": self.sha256}
+
+
+def read_runbook(ref: str) -> tuple[Runbook, RunbookFile]:
+    """Resolve and load RUNBOOK, hashing the very bytes that were loaded."""
+    from runbook.spec import load_text, resolve
+
+    path = resolve(ref).resolve()
+    try:
+        data = path.read_bytes()
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SpecError(f"cannot read runbook {path}: {reason}") from None
+    runbook = load_text(text, str(path))
+    return runbook, RunbookFile(ref, str(path), hashlib.sha256(data).hexdigest())
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """run.json: everything `runbook resume` needs to re-open the target and walk the same
+    runbook with the same variables, and nothing secret."""
+
+    runbook: RunbookFile
+    target: dict[str, Any]
+    variables: dict[str, Any] = field(default_factory=dict)
+    accept_new_host_keys: bool = False
+    cwd: str = ""
+    db: str | None = None
+    config: str | None = None
+    as_user: str | None = None
+    no_input: bool = False
+    started_at: str = ""
+    #: variables whose value looked like a credential and was not written
+    redacted: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": RECORD_FORMAT,
+            "kind": "runbook-run",
+            "runbook": self.runbook.as_dict(),
+            "target": dict(self.target),
+            "accept_new_host_keys": self.accept_new_host_keys,
+            "variables": dict(self.variables),
+            "redacted_variables": list(self.redacted),
+            "cwd": self.cwd,
+            "db": self.db,
+            "config": self.config,
+            "as_user": self.as_user,
+            "no_input": self.no_input,
+            "started_at": self.started_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RunRecord:
+        rb = data["runbook"]
+        target = data["target"]
+        if not isinstance(rb, Mapping) or not isinstance(target, Mapping) or "url" not in target:
+            raise ValueError("runbook and target must be objects, the target with a url")
+        variables = data.get("variables") or {}
+        if not isinstance(variables, Mapping):
+            raise ValueError("variables must be an object")
+        return cls(
+            runbook=RunbookFile(str(rb["ref"]), str(rb["path"]), str(rb["sha256"])),
+            target=dict(target),
+            variables=dict(variables),
+            accept_new_host_keys=bool(data.get("accept_new_host_keys")),
+            cwd=str(data.get("cwd") or ""),
+            db=data.get("db"),
+            config=data.get("config"),
+            as_user=data.get("as_user"),
+            no_input=bool(data.get("no_input")),
+            started_at=str(data.get("started_at") or ""),
+            redacted=tuple(str(n) for n in data.get("redacted_variables") or ()),
+        )
+
+
+def new_record(
+    runbook: RunbookFile,
+    target: Mapping[str, Any],
+    variables: Mapping[str, Any],
+    **options: Any,
+) -> RunRecord:
+    """A record for a run starting now; credentials among the variables are named, not kept."""
+    kept = redact_data(dict(variables))
+    redacted = tuple(sorted(k for k in variables if kept.get(k) != variables[k]))
+    return RunRecord(
+        runbook=runbook,
+        target=dict(target),
+        variables=dict(variables),
+        cwd=os.getcwd(),
+        started_at=now_iso(),
+        redacted=redacted,
+        **options,
+    )
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateError(f"{path}: unreadable: {exc}") from None
+
+
+def read_record(path: Path) -> RunRecord:
+    """run.json of the run directory `path`; StateError when it is not a resumable run."""
+    if not path.is_dir():
+        raise StateError(f"{path} is not a run directory")
+    data = _read_json(path / RECORD)
+    if data is None:
+        what = (
+            "a run directory without run.json (stopped before it began, a job run, or a run "
+            "of an older version)"
+            if (path / "events.jsonl").exists()
+            else "not a run directory (no run.json)"
+        )
+        raise StateError(f"{path}: {what}; it cannot be resumed")
+    if not isinstance(data, dict) or data.get("kind") != "runbook-run":
+        raise StateError(f"{path / RECORD}: not the record of a runbook run")
+    if data.get("format") != RECORD_FORMAT:
+        raise StateError(f"{path / RECORD}: format {data.get('format')!r} is not supported")
+    try:
+        return RunRecord.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"{path / RECORD}: malformed: {exc}") from None
+
+
+def reload_runbook(record: RunRecord) -> Runbook:
+    """The run's runbook file, loaded again: refused if it is gone or changed since."""
+    from runbook.spec import load_text
+
+    path = Path(record.runbook.path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise StateError(
+            f"runbook {record.runbook.ref} ({path}) cannot be read: {exc.strerror or exc}; "
+            "start a new run"
+        ) from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != record.runbook.sha256:
+        raise StateError(
+            f"runbook {record.runbook.ref} ({path}) changed since the run started "
+            f"(sha256 {record.runbook.sha256[:12]}, now {digest[:12]}); a run cannot go on "
+            "with another runbook: start a new run"
+        )
+    return load_text(data.decode("utf-8", errors="replace"), str(path))
+
+
+def read_state(path: Path) -> dict[str, Any] | None:
+    data = _read_json(path / "state.json")
+    if data is not None and not isinstance(data, dict):
+        raise StateError(f"{path / 'state.json'}: not a conductor state")
+    return data
+
+
+def read_verdict(path: Path) -> dict[str, Any] | None:
+    data = _read_json(path / "verdict.json")
+    if data is not None and not isinstance(data, dict):
+        raise StateError(f"{path / 'verdict.json'}: not a verdict")
+    return data
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    """events.jsonl's whole lines (a line cut short by a SIGKILL is not one)."""
+    try:
+        raw = (path / "events.jsonl").read_bytes()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in raw.split(b"\n")[:-1]:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
+    return out
+
+
+def repair(path: Path) -> list[str]:
+    """Undo what only a SIGKILL in the middle of a write leaves: a last event line without
+    its newline (a write of many pages can be cut short when the process is killed) and the
+    temporaries of atomic writes. Call with the run directory locked. Returns what it did."""
+    done: list[str] = []
+    log = path / "events.jsonl"
+    if log.exists():
+        with log.open("rb+") as handle:
+            raw = handle.read()
+            if raw and not raw.endswith(b"\n"):
+                keep = raw.rfind(b"\n") + 1
+                handle.truncate(keep)
+                done.append(f"dropped a partial last line of events.jsonl ({len(raw) - keep} B)")
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            if _TEMPORARY.match(name):
+                Path(root, name).unlink(missing_ok=True)
+                done.append(f"removed the temporary {Path(root, name).relative_to(path)}")
+    return done
+
+
+# ---------------------------------------------------------------------------- the approvals
+
+
+class ApprovalLedger:
+    """approvals.json: which proposals this run queued and what became of each at its prompts.
+    Saved (atomically) before each prompt and after each decision."""
+
+    def __init__(
+        self,
+        directory: Any,
+        queued: list[str],
+        decisions: dict[str, str] | None = None,
+        waiting: str | None = None,
+        done: bool = False,
+    ) -> None:
+        self.directory = directory  # a RunDirectory (write_json)
+        self.queued = list(queued)
+        self.decisions = dict(decisions or {})
+        self.waiting = waiting
+        self.done = done
+
+    @classmethod
+    def load(cls, directory: Any) -> ApprovalLedger | None:
+        data = read_ledger(directory.path)
+        if data is None:
+            return None
+        return cls(
+            directory,
+            [str(p) for p in data.get("queued") or ()],
+            {str(k): str(v) for k, v in (data.get("decisions") or {}).items()},
+            data.get("waiting"),
+            bool(data.get("done")),
+        )
+
+    def undecided(self) -> list[str]:
+        return [pid for pid in self.queued if pid not in self.decisions]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "format": 1,
+            "queued": self.queued,
+            "decisions": self.decisions,
+            "waiting": self.waiting,
+            "done": self.done,
+            "updated_at": now_iso(),
+        }
+
+    def save(self) -> None:
+        self.directory.write_json(LEDGER, self.as_dict())
+
+    # what guided_approvals reports, each saved at once
+    def asking(self, pid: str) -> None:
+        self.waiting = pid
+        self.save()
+
+    def decided(self, pid: str, outcome: str) -> None:
+        self.decisions[pid] = outcome
+        if self.waiting == pid:
+            self.waiting = None
+        self.save()
+
+    def finish(self) -> None:
+        self.waiting, self.done = None, True
+        self.save()
+
+
+def read_ledger(path: Path) -> dict[str, Any] | None:
+    data = _read_json(path / LEDGER)
+    if data is not None and not isinstance(data, dict):
+        raise StateError(f"{path / LEDGER}: not an approvals ledger")
+    return data
