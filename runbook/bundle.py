@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from runbook import atomic
 from runbook.errors import BundleError, disk_full_as_error
 from runbook.report.secrets import redact, redact_lines
 from runbook.transports.base import CommandResult
@@ -273,20 +274,7 @@ def unpack(archive: Path, target: Path) -> Path:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic.write_bytes(path, data)
 
 
 _HEADER = re.compile(r"^==> (.+) <==$")

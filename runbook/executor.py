@@ -13,7 +13,6 @@ import fcntl
 import json
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +20,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from runbook import atomic, parsers
 from runbook import bundle as bundle_mod
-from runbook import parsers
 from runbook.conductor import Conductor, StageRecord
 from runbook.diagnosis import build_verdict
 from runbook.errors import UsageError, disk_full_as_error
@@ -64,19 +63,8 @@ class NullObserver:
 
 
 def _atomic_json(path: Path, data: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(redact_data(data), handle, indent=2, default=str)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # a full disk must not leave a half-written temporary beside the complete file
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    text = json.dumps(redact_data(data), indent=2, default=str) + "\n"
+    atomic.write_text(path, text)
 
 
 def _append_whole(fd: int, data: bytes) -> None:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from runbook import atomic
 from runbook.job.clock import SAMPLES
 from runbook.job.merge import merge_job
 from runbook.job.models import JobSpec
@@ -34,19 +33,6 @@ class JobResult:
     def exit_code(self) -> int:
         """0 the job was diagnosed (whatever it found); 3 no node of it could be read."""
         return 3 if not any(h.verdict is not None for h in self.sweep.hosts) else 0
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _is_address(name: str) -> bool:
@@ -117,6 +103,6 @@ def run_job(
     verdict["runbook"] = options.runbook.id
     verdict["duration_s"] = round(sweep.duration_s, 3)
     write_reports(sweep, run_dir / "nodes-report")
-    _atomic_write(run_dir / "job.json", json.dumps(verdict, indent=2, default=str) + "\n")
-    _atomic_write(run_dir / "job.md", job_markdown(verdict))
+    atomic.write_text(run_dir / "job.json", json.dumps(verdict, indent=2, default=str) + "\n")
+    atomic.write_text(run_dir / "job.md", job_markdown(verdict))
     return JobResult(verdict, sweep, run_dir)

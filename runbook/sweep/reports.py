@@ -5,10 +5,9 @@ runbook.prom."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from runbook import atomic
 from runbook.errors import disk_full_as_error
 from runbook.sweep import report_junit, report_md, report_prom
 from runbook.sweep.results import SweepResult
@@ -17,18 +16,9 @@ NAMES = ("sweep.json", "sweep.md", "junit.xml", "runbook.prom")
 
 
 def _replace(path: Path, text: str) -> None:
-    # the temporary name must not end in .prom: the textfile collector reads every *.prom
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # the temporary name must not end in .prom: the textfile collector reads every *.prom;
+    # reports are for readers (the node exporter), so 0644
+    atomic.write_text(path, text, suffix=".tmp", mode=0o644)
 
 
 def render_json(sweep: SweepResult) -> str:
