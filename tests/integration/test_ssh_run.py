@@ -232,7 +232,7 @@ def test_a_jump_host_carries_the_connection_to_the_target(
     assert result.json()["node"] == "inner"
     time.sleep(0.2)
     log = (Path(inner.dir) / "sshd.log").read_text()
-    assert f"Accepted publickey for root from {bastion.address}" in log
+    assert f"Accepted publickey for root from {bastion.address} port" in log
 
 
 def test_output_sent_after_the_exit_status_is_not_lost(ssh_host, known_hosts, client_key) -> None:  # type: ignore[no-untyped-def]
