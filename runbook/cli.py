@@ -192,6 +192,34 @@ def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | No
     return None, {}
 
 
+def guided_walk(
+    runbook: Any,
+    transport: Any,
+    variables: dict[str, Any],
+    directory: Any,
+    console: Console,
+    *,
+    verbose: bool,
+    resume: Any = None,
+) -> Any:
+    """The walk of `run`, `resume` and `demo`: stage by stage on `console`, into `directory`;
+    a replayed bundle lends its node name and context. `resume`: a restored conductor."""
+    from runbook.console import GuidedConsole
+    from runbook.executor import execute
+
+    node, context = _replay_context(transport, variables)
+    return execute(
+        runbook,
+        transport,
+        variables=variables,
+        context=context,
+        observer=GuidedConsole(console, verbose=verbose),
+        run_dir=directory,
+        node=node,
+        resume=resume,
+    )
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, prog_name="runbook")
 @click.option("--debug", is_flag=True, help="Log debug detail and show tracebacks.")
@@ -302,8 +330,7 @@ def run(
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
     from runbook import config as config_mod
     from runbook.cli_resume import approvals_phase
-    from runbook.console import GuidedConsole
-    from runbook.executor import RunDirectory, execute
+    from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
     from runbook.resume import RECORD, new_record, read_runbook
 
@@ -328,22 +355,17 @@ def run(
     directory: RunDirectory | None = None
     try:
         try:
-            node, context = _replay_context(transport, variables)
             directory = RunDirectory(
                 Path(run_dir) if run_dir else _new_run_dir(runbook.id, None), exclusive=True
             )
             directory.write_json(RECORD, record.as_dict())
-            observer = GuidedConsole(
-                Console(stderr=fmt == "json", highlight=False), verbose=verbose
-            )
-            result = execute(
+            result = guided_walk(
                 runbook,
                 transport,
-                variables=variables,
-                context=context,
-                observer=observer,
-                run_dir=directory,
-                node=node,
+                variables,
+                directory,
+                Console(stderr=fmt == "json", highlight=False),
+                verbose=verbose,
             )
         finally:
             transport.close()
@@ -578,9 +600,8 @@ def graph(runbook_ref: str, fmt: str) -> None:
 def demo(run_dir: str | None, verbose: bool) -> None:
     """A guided run of the shipped nccl-init-failure runbook over a built-in replayed incident
     (the host-memory OOM that surfaced as ncclCommInitRank failure). No cluster, GPU or root."""
-    from runbook.console import GuidedConsole
     from runbook.demo import incident_bundle
-    from runbook.executor import RunDirectory, execute
+    from runbook.executor import RunDirectory
     from runbook.spec import load_file, resolve
     from runbook.transports.replay import ReplayTransport
 
@@ -595,17 +616,7 @@ def demo(run_dir: str | None, verbose: bool) -> None:
         root = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="runbook-demo-"))
         directory = RunDirectory(root)
         try:
-            variables: dict[str, Any] = {}
-            node, context = _replay_context(transport, variables)
-            execute(
-                runbook,
-                transport,
-                variables=variables,
-                context=context,
-                observer=GuidedConsole(console, verbose=verbose),
-                run_dir=directory,
-                node=node,
-            )
+            guided_walk(runbook, transport, {}, directory, console, verbose=verbose)
         finally:
             directory.close()
             transport.close()
@@ -644,8 +655,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _main(argv)
 
 
+def _stopped(exc: BaseException) -> int:
+    """One line for a command stopped by a signal; its exit code (128 + the signal)."""
+    from runbook.interrupt import as_interrupted
+    from runbook.report.secrets import redact
+
+    stopped = as_interrupted(exc)
+    click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
+    return stopped.exit_code
+
+
 def _main(argv: Sequence[str] | None) -> int:
-    from runbook.interrupt import as_interrupted, settle
+    from runbook.interrupt import settle
     from runbook.report.secrets import redact
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -668,9 +689,7 @@ def _main(argv: Sequence[str] | None) -> int:
             click.echo("runbook: internal error: unexpected end of stream (EOFError)", err=True)
             return 1
         if isinstance(exc.__context__, KeyboardInterrupt):  # click's wrapping of ^C, SIGTERM
-            stopped = as_interrupted(exc)
-            click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
-            return stopped.exit_code
+            return _stopped(exc)
         click.echo("runbook: aborted", err=True)
         return 130
     except click.ClickException as exc:
@@ -683,9 +702,7 @@ def _main(argv: Sequence[str] | None) -> int:
         return exc.exit_code
     except KeyboardInterrupt as exc:  # ^C, SIGTERM, SIGHUP (Interrupted): one line, 128 + N
         settle()
-        stopped = as_interrupted(exc)
-        click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
-        return stopped.exit_code
+        return _stopped(exc)
     except BrokenPipeError:
         return 0
     except Exception as exc:  # the last guard: a bug, still one line (with --debug, the trace)

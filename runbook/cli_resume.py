@@ -203,10 +203,8 @@ def _walk_rest(
     console: Console, directory: Any, record: Any, runbook: Any, *, verbose: bool
 ) -> dict[str, Any]:
     """Re-open the target, read its preamble again and walk what is left; the verdict."""
-    from runbook.cli import _open, _replay_context
+    from runbook.cli import _open, guided_walk
     from runbook.conductor import Conductor
-    from runbook.console import GuidedConsole
-    from runbook.executor import execute
     from runbook.resume import events, read_state
 
     state = read_state(directory.path)
@@ -227,15 +225,13 @@ def _walk_rest(
     variables = dict(record.variables)
     transport = _open(str(record.target["url"]), _target_kw(record))
     try:
-        node, context = _replay_context(transport, variables)
-        result = execute(
+        result = guided_walk(
             runbook,
             transport,
-            variables=variables,
-            context=context,
-            observer=GuidedConsole(console, verbose=verbose),
-            run_dir=directory,
-            node=node,
+            variables,
+            directory,
+            console,
+            verbose=verbose,
             resume=conductor if started else None,
         )
     finally:

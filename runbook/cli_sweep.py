@@ -307,6 +307,7 @@ def sweep(
         cfg = config_mod.load(
             Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db
         )
+        shard_label = f"{k_n[0]}/{k_n[1]}" if k_n else None
         reused, resumed_from = _earlier_sweep(out, key, runbook_ref, entries, resume=resume)
         checkpoint = Checkpoint(
             out,
@@ -314,7 +315,7 @@ def sweep(
                 "key": key,
                 "runbook": runbook_ref,
                 "source": source,
-                "shard": f"{k_n[0]}/{k_n[1]}" if k_n else None,
+                "shard": shard_label,
                 "total": len(entries),
                 "started_at": now_iso(),
                 "resumed_from": resumed_from,
@@ -329,7 +330,7 @@ def sweep(
                     forks=forks,
                     runbook_ref=runbook_ref,
                     source=source if inventory else f"nodes {kube_selector}",
-                    shard=f"{k_n[0]}/{k_n[1]}" if k_n else None,
+                    shard=shard_label,
                     observer=_progress(f"sweep {runbook.id}"),
                     queue=ProposalQueue(
                         desk, runbook_ref=runbook_ref, variables=variables, options=options
