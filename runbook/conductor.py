@@ -29,6 +29,8 @@ class Status(str, enum.Enum):
     NOT_COLLECTED = "not-collected"
     ERROR = "error"
     SKIPPED = "skipped"
+    #: the stage's files were read but no line of them was understood: no rule-out drawn
+    UNRECOGNIZED = "unrecognized-format"
 
 
 @dataclass
@@ -38,6 +40,8 @@ class Finding:
     cause: str | None = None
     evidence: list[dict[str, Any]] = field(default_factory=list)
     rule: int = 0  # index of the rule in the stage's decide list
+    #: the rule's `role:`, if it set one (the verdict otherwise takes it from the evidence)
+    role: str | None = None
 
 
 @dataclass
@@ -97,6 +101,11 @@ def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> Sta
     return Status.OK
 
 
+def _unrecognized(facts: Mapping[str, Any]) -> bool:
+    """A parser read its file and understood none of it (`recognized: false`)."""
+    return any(isinstance(f, Mapping) and f.get("recognized") is False for f in facts.values())
+
+
 def _evidence_items(value: Any) -> list[dict[str, Any]]:
     """An `evidence:` expression's value as a list of {source, line, time, text} dicts."""
     if value is None:
@@ -109,7 +118,19 @@ def _evidence_items(value: Any) -> list[dict[str, Any]]:
     for item in value:
         if isinstance(item, Mapping) and ("source" in item or "line" in item or "text" in item):
             items.append(
-                {k: item[k] for k in ("source", "line", "time", "text") if item.get(k) is not None}
+                {
+                    k: item[k]
+                    for k in (
+                        "source",
+                        "line",
+                        "time",
+                        "text",
+                        "role",
+                        "signature",
+                        "time_inferred",
+                    )
+                    if item.get(k) is not None
+                }
             )
     return items
 
@@ -256,6 +277,10 @@ class Conductor:
                 route, record.reason = rule.next, f"{label} routes to {rule.next}"
                 break
         record.status = _status_of(record, results)
+        if record.status is Status.OK and _unrecognized(record.facts):
+            # a file whose lines were not understood proves nothing absent
+            record.status = Status.UNRECOGNIZED
+            record.ruled_out = []
         if concluded is not None:
             self.concluded = concluded
             self.current = None
@@ -280,7 +305,7 @@ class Conductor:
                 evidence = _evidence_items(templating.evaluate(rule.evidence, ctx))
             except TemplateError as exc:
                 record.errors.append(f"rule {index + 1} evidence: {exc.one_line()}")
-        return Finding(stage_id, text.strip(), rule.cause, evidence, index)
+        return Finding(stage_id, text.strip(), rule.cause, evidence, index, rule.role)
 
     def _advance(self, stage_id: str, route: str | None) -> None:
         if route == END:

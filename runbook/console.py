@@ -20,6 +20,7 @@ _STATUS_STYLE = {
     Status.NOT_COLLECTED: "yellow",
     Status.ERROR: "magenta",
     Status.SKIPPED: "dim",
+    Status.UNRECOGNIZED: "yellow",
 }
 
 

@@ -189,8 +189,16 @@ class TimeRef:
 _CTIME = re.compile(
     r"^\[(?:[A-Z][a-z]{2} )?([A-Z][a-z]{2}) +(\d{1,2}) (\d\d:\d\d:\d\d)(?:[.,](\d+))? (\d{4})\] ?"
 )
-_MONO = re.compile(r"^\[\s*(\d+\.\d+)\] ?")
+_MONO = re.compile(r"^\[\s*(\d{1,12}\.\d{1,9})(?:\s*<\s*\d{1,12}\.\d{1,9}>)?\] ?")
+#: `dmesg -H` / `--reltime`: `[Mar 3 14:02] msg`, then `[  +0.000412] msg` for the next lines
+_RELTIME = re.compile(r"^\[\s*\+\s*\d{1,12}\.\d{1,9}\] ?")
+_HUMAN = re.compile(r"^\[([A-Z][a-z]{2}) ?(\d{1,2}) (\d\d:\d\d)(?::(\d\d))?\] ?")
 _PRIO = re.compile(r"^<\d+>")
+#: Talos `talosctl dmesg`: `192.168.1.9: kern: warning: [2026-04-22T21:25:20.5Z]: msg`
+_TALOS = re.compile(
+    r"^(?:\S{1,253}: )?kern:\s{0,10}\w{1,10}: "
+    r"\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?Z)\]: ?"
+)
 _DMESG_X = re.compile(r"^[a-z]+\s*:[a-z]+\s*: ")
 _ISO_PREFIX = re.compile(r"^(\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?) ")
 _SYSLOG = re.compile(
@@ -238,8 +246,10 @@ def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None
     """The timestamp of a kernel log line, in any of the shapes collectors produce.
 
     `dmesg -T` `[Tue Mar  4 10:12:01 2025]`, plain `[ 1234.567890]` (wall time only when the
-    boot time is known), `dmesg -r` `<6>[...]`, `dmesg -x` `kern  :err   : [...]`,
-    `dmesg --time-format iso`, and `journalctl -k` / syslog lines (`... kernel: [ 12.3] msg`).
+    boot time is known), `dmesg -d` `[ 1234.567890 <    0.000412>]`, `dmesg -H` (`[Mar 4
+    10:12]`, then `[  +0.000412]`: untimed), `dmesg -r` `<6>[...]`, `dmesg -x`
+    `kern  :err   : [...]`, `dmesg --time-format iso`, `journalctl -k` / syslog lines
+    (`... kernel: [ 12.3] msg`) and Talos (`HOST: kern: warning: [ISO]: msg`).
     Returns None for a line without any timestamp (a continuation line).
     """
     line = _PRIO.sub("", line, count=1)
@@ -249,6 +259,18 @@ def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None
         mon, day, hms, frac, year = m.groups()
         time = ref.make(MONTHS.get(mon, 1), int(day), hms, frac, year=int(year))
         return Stamp(time, None, line[m.end() :])
+    m = _TALOS.match(line)
+    if m:
+        return Stamp(iso(m.group(1)), None, line[m.end() :])
+    m = _HUMAN.match(line)
+    if m:
+        mon, day, hm, sec = m.groups()
+        time = ref.make(MONTHS.get(mon, 1), int(day), f"{hm}:{sec or '00'}")
+        return Stamp(time, None, line[m.end() :])
+    m = _RELTIME.match(line)
+    if m:
+        # a delta to the line before: the time is not known to the second, the line is read
+        return Stamp(None, None, line[m.end() :])
     m = _MONO.match(line)
     if m:
         up = float(m.group(1))

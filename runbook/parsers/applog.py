@@ -1,16 +1,19 @@
-"""Training application logs (`app/*.log`, one per rank where possible): per rank, the earliest
-error and the last one, classified, so the runbook can tell the rank that failed *first* from
-the ranks that only reported the consequence (`ncclCommInitRank failed: unhandled cuda error`).
+"""Training application logs (`app/*.log`, one per rank where possible) and NCCL's own files
+(`nccl/*.log`): every error line wherever it sits, classified by the signature catalog
+(`runbook/data/signatures.yaml`), so the runbook can tell the rank that failed *first* — and
+why — from the ranks that only reported the consequence (`ncclCommInitRank failed: unhandled
+cuda error`).
 
-The rank comes from the file name (`rank-3.log`, `rank3.log`, `worker-3.log`) or from a line
-prefix (`[rank3]:`, torchrun's `[default3]:`, mpirun's `[1,3]<stderr>:`).
+Lines are read behind any stack of launcher prefixes (`runbook.parsers.lines`); the rank comes
+from a prefix (`[rank3]:`, `[default3]:`, `[1,3]<stderr>:`, `3: `) or from the file name
+(`rank-3.log`), never from a host or pod name. Untimed lines are kept (their time is None, or
+the time of an earlier line of the file, marked `time_inferred`): the causal ranking
+(`runbook.causal`) orders them by role.
 
-Error classes: ``nccl-init`` (communicator init / NCCL error surfaced by the framework),
-``peer-connection`` (a peer went away), ``store-timeout`` (rendezvous store timed out),
-``collective-timeout`` (a collective hung past the watchdog), ``cuda-oom`` (GPU memory),
-``host-oom`` (host memory: MemoryError, bad_alloc), ``killed`` (the process died of SIGKILL,
-which is what a cgroup OOM kill looks like from the launcher), ``shm``, ``socket``,
-``cuda`` (another CUDA error), ``application-exception`` (a plain exception of the program).
+Each error carries its `signature`, `role` and `cause` from the catalog and a legacy
+`category` (``nccl-init``, ``peer-connection``, ``store-timeout``, ``collective-timeout``,
+``cuda-oom``, ``host-oom``, ``killed``, ``shm``, ``socket``, ``ib``, ``p2p``, ``gpu-hardware``,
+``launcher``, ``cuda``, ``application-exception``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runbook import signatures
+from runbook.causal import causal_order
+from runbook.parsers import lines as prefixes
 from runbook.parsers._common import (
     Evidence,
     TimeRef,
@@ -32,17 +38,55 @@ from runbook.parsers._common import (
 )
 from runbook.parsers.registry import Files, register
 
-PREFIX = "app/"
+PREFIXES = ("app/", "nccl/", "nccl-tests/")
+#: each cause keeps at most this many records in `by_cause` (the first ones in causal order)
+BY_CAUSE_MAX = 20
+#: records kept per file for ranking (the first ones; totals are still counted)
+RECORDS_MAX = 2000
+
+#: signature id -> the legacy error class rules and reports used before the catalog
+CATEGORY = {
+    "slurm-cgroup-oom": "host-oom",
+    "host-alloc-failed": "host-oom",
+    "cuda-uncorrectable-ecc": "gpu-hardware",
+    "cuda-gpu-lost": "gpu-hardware",
+    "nccl-ib-verbs-failure": "ib",
+    "cuda-oom": "cuda-oom",
+    "shm-exhausted": "shm",
+    "p2p-unsupported": "p2p",
+    "socket-no-interface": "socket",
+    "socket-connect-failed": "socket",
+    "peer-closed": "peer-connection",
+    "store-timeout": "store-timeout",
+    "collective-timeout": "collective-timeout",
+    "rank-killed": "killed",
+    "launcher-failed": "launcher",
+    "nccl-surfaced": "nccl-init",
+    "nccl-warn": "nccl-init",
+    "cuda-error": "cuda",
+    "python-exception": "application-exception",
+    "generic-error": "application-exception",
+}
+#: roles that make a line an error of the job (context and benign lines are not)
+ERROR_ROLES = ("cause", "local-error", "peer-consequence", "surfaced")
 
 
 @dataclass(frozen=True, kw_only=True)
 class AppError(Evidence):
     rank: int | None
     category: str
+    #: the catalog entry, its role and the root cause it implies (None: no cause by itself)
+    signature: str = "generic-error"
+    role: str = "local-error"
+    cause: str | None = None
     #: the exception type (`UnknownError`, `DistStoreError`) when the line names one
     exception: str | None = None
     #: `time` came from an earlier line of the log (a traceback line carries none)
     time_inferred: bool = False
+    #: who logged it, for findings: `rank 3`, `pid 4711 on host-3`, `app/train.log`
+    who: str = ""
+    host: str | None = None
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -61,98 +105,52 @@ class RankLog:
     #: the process id the rank logged of itself (`pid 4711`, `(pid=4711)`), if it did: ties
     #: an OOM kill's `Killed process PID` to the rank (host PIDs; a container's differ)
     pid: int | None = None
+    #: every error of this rank in this file, in line order (at most RECORDS_MAX)
+    errors: tuple[AppError, ...] = ()
+    #: context lines (e.g. `NET/IB : No device found`): reported, not errors
+    context: tuple[AppError, ...] = ()
+    pids: tuple[int, ...] = ()
 
 
 _PID = re.compile(r"\bpid[\s=:]+(\d{1,9})\b", re.IGNORECASE)
+#: pids a log names: `pid 4711`, `(pid=4711)`, `subprocess 4711`, NCCL's `host:4711:4790 [0]`
+_ANY_PID = re.compile(
+    r"\b(?:pid[\s=:]+|[Ss]ubprocess |PID )(\d{1,9})\b|^[\w.-]{1,253}:(\d{1,9}):\d{1,9} \["
+)
+#: at most this many distinct pids are kept
+PIDS_MAX = 2000
 
 
 @dataclass(frozen=True)
 class AppLogFacts:
     ranks: tuple[RankLog, ...]
-    #: the rank whose first error is the earliest in time (None without times)
+    #: the rank of the first error in causal order
     first_failed_rank: int | None
+    #: the first error in causal order (timed: earliest; untimed: by role, then file and line)
     first_error: AppError | None
-    #: the error the job finally reported: the latest last-error
+    #: the error the job finally reported: the latest surfaced error
     surfaced: AppError | None
     #: ranks whose log has no error at all (a rank killed outright often logs nothing)
     silent_ranks: tuple[int, ...] = ()
+    #: root cause -> its errors, in causal order (at most BY_CAUSE_MAX each)
+    by_cause: dict[str, tuple[AppError, ...]] = field(default_factory=dict)
+    #: the launcher said a rank was SIGKILLed (exit -9/137): what a cgroup OOM kill looks like
+    killed: tuple[AppError, ...] = ()
+    #: the first error of a rank that lost a peer (no cause of its own), in causal order
+    peer_consequences: tuple[AppError, ...] = ()
+    context: tuple[AppError, ...] = ()
+    #: every pid the logs name (ties a kernel OOM kill's `Killed process PID` to the job)
+    pids: tuple[int, ...] = ()
 
-
-# Ordered: the first matching pattern classifies the line.
-_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE))
-    for name, pattern in (
-        (
-            "cuda-oom",
-            r"CUDA out of memory|OutOfMemoryError|Cuda failure '?out of memory|"
-            r"CUDA_ERROR_OUT_OF_MEMORY|CUDA error: out of memory|Failed to CUDA calloc|"
-            r"ResourceExhaustedError|OOM when allocating tensor",
-        ),
-        (
-            "shm",
-            r"/dev/shm|posix_fallocate|shared memory segment|insufficient shared memory|"
-            r"bus error",
-        ),
-        (
-            # c10d's client could not reach the store's address at all: a socket failure,
-            # before the store-timeout words below catch it
-            "socket",
-            r"TCP client failed to connect|failed to connect/validate to host|"
-            r"client socket has timed out after \d+ ?ms while trying to connect",
-        ),
-        (
-            "store-timeout",
-            r"DistStoreError|waiting for clients|TCPStore|store.*timed? ?out|"
-            r"Socket Timeout|rendezvous.*time",
-        ),
-        (
-            "collective-timeout",
-            r"Watchdog caught collective operation timeout|"
-            r"collective operation timeout|NCCL.*timed? ?out",
-        ),
-        (
-            "peer-connection",
-            r"DistNetworkError|Connection reset by peer|Connection closed by peer|"
-            r"Failed to recv|remote process exited|ncclRemoteError|"
-            r"Broken pipe|peer.*(?:closed|exited|disconnect)",
-        ),
-        (
-            "nccl-init",
-            r"ncclCommInitRank|ncclUnhandledCudaError|ncclInternalError|"
-            r"ncclSystemError|ncclInvalidUsage|NCCL error|NCCL WARN|"
-            r"unhandled (?:cuda|system) error|ProcessGroupNCCL",
-        ),
-        (
-            "socket",
-            r"Connection refused|Connection timed out|Address already in use|"
-            r"No route to host|Network is unreachable|gloo.*connect",
-        ),
-        (
-            "killed",
-            r"SIGKILL|signal 9\b|Signals\.SIGKILL|exitcode\s*:\s*-9\b|^Killed$|"
-            r"exit code 137|exited with code 137",
-        ),
-        ("host-oom", r"\bMemoryError\b|std::bad_alloc|Cannot allocate memory"),
-        ("cuda", r"CUDA error|CUDA_ERROR|cudaError|Cuda failure|CUDA driver"),
-    )
-)
 
 _EXC = re.compile(
-    r"^(?:[A-Za-z_][\w.]*\.)?(?P<name>[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Warning)|"
+    r"^(?:[A-Za-z_][\w.]{0,200}\.)?(?P<name>[A-Z]\w{0,100}(?:Error|Exception|Exit|Interrupt)|"
     r"KeyboardInterrupt|StopIteration)(?::|$)"
 )
 _TRACEBACK = "Traceback (most recent call last):"
-_PREFIXES = (
-    re.compile(r"^\[rank(?P<r>\d+)\]:\s?"),
-    re.compile(r"^\[default(?P<r>\d+)\]:\s?"),
-    re.compile(r"^\[\d+,(?P<r>\d+)\]<(?:stdout|stderr)>:\s?"),
-    re.compile(r"^(?P<r>\d+): "),
-)
-_FILE_RANK = re.compile(r"(?:rank|worker|proc|process|local_rank)[-_.]?(\d+)", re.IGNORECASE)
+_FILE_RANK = re.compile(r"(?:rank|worker|proc|process|local_rank)[-_.]?(\d{1,6})", re.IGNORECASE)
 _ERRORISH = re.compile(
-    r"(?:^|[\s\]])(?:E\d{4} |\[E\d{4} |ERROR\b|FATAL\b|CRITICAL\b|: E |\bF\d{4} )|"
-    r"\berror\b|\bfailed\b|\bfailure\b",
-    re.IGNORECASE,
+    r"(?:^|[\s\]])(?:E\d{4} |\[E\d{3,4} |ERROR\b|FATAL\b|CRITICAL\b|: E |\bF\d{4} )",
 )
 #: INFO/DEBUG levels of the logging module, glog (`I0304 …`), TensorFlow (`…: I tensorflow/`)
 _INFO_LEVEL = re.compile(
@@ -160,7 +158,7 @@ _INFO_LEVEL = re.compile(
     r"|^\[?[ID]\d{4} "
     r"|\.\d+: [ID] \S+\.(?:cc|py|h)\b"
 )
-_NOT_ERROR = re.compile(r"NCCL INFO|\bno error\b|error_count=0|errors?: 0\b", re.IGNORECASE)
+_NOT_ERROR = re.compile(r"\bno error\b|error_count=0|errors?: 0\b", re.IGNORECASE)
 
 
 def rank_from_name(name: str) -> int | None:
@@ -168,17 +166,31 @@ def rank_from_name(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def signature_of(message: str) -> signatures.Signature | None:
+    """The catalog entry of a line (prefixes removed), or None when it is no error. A line
+    logged at INFO or DEBUG level is no error whatever words it holds (`INFO writing to
+    /dev/shm`), unless its signature counts at INFO level (`NET/IB : No device found`)."""
+    sig = signatures.catalog().classify(message)
+    if sig is not None and (sig.info or "NCCL WARN" in message):
+        return sig
+    if _NOT_ERROR.search(message) or _INFO_LEVEL.search(message):
+        return None
+    return sig
+
+
 def classify(message: str) -> str | None:
-    """The error class of a line, or None when the line is not an error. A line logged at
-    INFO or DEBUG level is not an error whatever words it holds (`INFO writing to /dev/shm`)."""
-    if _NOT_ERROR.search(message) and "NCCL WARN" not in message:
-        return None
-    if _INFO_LEVEL.search(message):
-        return None
-    for name, pattern in _CLASSES:
-        if pattern.search(message):
-            return name
-    if _EXC.match(message.strip()) or _ERRORISH.search(message):
+    """The legacy error class of a line (see the module docstring), or None."""
+    text = prefixes.strip(message).text
+    sig = signature_of(text)
+    if sig is not None:
+        if sig.role not in ERROR_ROLES:
+            return None
+        return CATEGORY.get(sig.id, sig.id)
+    if (
+        _ERRORISH.search(text[:400])
+        and not _NOT_ERROR.search(text)
+        and not _INFO_LEVEL.search(text)
+    ):
         return "application-exception"
     return None
 
@@ -186,8 +198,8 @@ def classify(message: str) -> str | None:
 class _Rank:
     def __init__(self, rank: int | None) -> None:
         self.rank = rank
-        self.first: AppError | None = None
-        self.last: AppError | None = None
+        self.errors: list[AppError] = []
+        self.context: list[AppError] = []
         self.count = 0
         self.cats: dict[str, int] = {}
         self.nccl_seen = False
@@ -197,22 +209,37 @@ class _Rank:
         self.pid: int | None = None
         self.in_traceback = False
         self.lines = 0
+        self.last: AppError | None = None
+        self.pids: set[int] = set()
 
     def add(self, err: AppError) -> None:
-        if self.first is None:
-            self.first = err
+        if not self.errors:
             self.nccl_before = self.nccl_seen
-        elif (
-            self.first.category == "application-exception"
-            and err.category not in ("application-exception",)
-            and err.line == self.first.line + 1
-            and self.first.exception is None
+        prev = self.errors[-1] if self.errors else None
+        if (
+            prev is not None
+            and prev.signature == "generic-error"
+            and err.signature != "generic-error"
+            and err.line == prev.line + 1
+            and len(self.errors) == 1
         ):
-            # "ERROR: ..." then the specific line right after: keep the specific class
-            self.first = err
+            # "ERROR: ..." then the specific line right after: keep the specific one first
+            self.errors[-1] = err
+        elif len(self.errors) < RECORDS_MAX:
+            self.errors.append(err)
         self.last = err
         self.count += 1
         self.cats[err.category] = self.cats.get(err.category, 0) + 1
+
+
+def _who(rank: int | None, host: str | None, pid: int | None, source: str) -> str:
+    if rank is not None:
+        return f"rank {rank}" + (f" on {host}" if host else "")
+    if pid is not None:
+        return f"pid {pid}" + (f" on {host}" if host else "")
+    if host:
+        return f"a process on {host}"
+    return f"a process logging to {source}"
 
 
 def parse_applog(
@@ -227,14 +254,10 @@ def parse_applog(
     ranks: dict[int | None, _Rank] = {}
     last_time: str | None = None
     for n, raw in enumerate(lines, 1):
-        line = raw.rstrip()
-        r = rank
-        for pat in _PREFIXES:
-            m = pat.match(line)
-            if m:
-                r = int(m.group("r"))
-                line = line[m.end() :]
-                break
+        head = raw.rstrip()
+        stripped_line = prefixes.strip(head[:8192])
+        line = stripped_line.text
+        r = stripped_line.rank if stripped_line.rank is not None else rank
         state = ranks.get(r)
         if state is None:
             state = ranks[r] = _Rank(r)
@@ -242,19 +265,25 @@ def parse_applog(
         stripped = line.strip()
         if not stripped:
             continue
-        t = find_time(line, ref)
+        t = find_time(line, ref) or stripped_line.time
         if t is not None:
             last_time = t
             state.last_time = t
             if state.first_time is None:
                 state.first_time = t
-        if state.pid is None and "pid" in line.lower():
-            pm = _PID.search(line)
-            if pm:
-                state.pid = int(pm.group(1))
-        if "NCCL INFO" in line:
-            state.nccl_seen = True
-            continue
+        pid_here = stripped_line.pid
+        if len(state.pids) < PIDS_MAX:
+            if pid_here is not None:
+                state.pids.add(pid_here)
+            for pm2 in _ANY_PID.finditer(line[:400]):
+                state.pids.add(int(pm2.group(1) or pm2.group(2)))
+        if state.pid is None:
+            if pid_here is not None:
+                state.pid = pid_here
+            elif "pid" in line[:400].lower():
+                pm = _PID.search(line[:400])
+                if pm:
+                    state.pid = int(pm.group(1))
         if (
             stripped.startswith(_TRACEBACK)
             or stripped.startswith("During handling of")
@@ -263,31 +292,55 @@ def parse_applog(
             state.in_traceback = True
             continue
         if state.in_traceback:
-            if raw[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
+            if line[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
                 continue  # a frame or the source line of one
             state.in_traceback = False
-        cat = classify(line)
-        if cat is None:
-            continue
-        em = _EXC.match(stripped)
-        state.add(
-            AppError(
-                source=source,
-                line=n,
-                time=t if t is not None else last_time,
-                text=clip(raw),
-                rank=r,
-                category=cat,
-                exception=em.group("name") if em else _inline_exc(stripped),
-                time_inferred=t is None and last_time is not None,
+        sig = signature_of(stripped)
+        if "NCCL INFO" in line:
+            state.nccl_seen = True
+            if sig is None or not sig.info:
+                continue
+        if sig is None:
+            if not _ERRORISH.search(stripped[:400]):
+                continue
+            sig_id, role, cause, category = (
+                "generic-error",
+                "local-error",
+                None,
+                "application-exception",
             )
+        else:
+            if sig.role == "benign":
+                continue
+            sig_id, role, cause = sig.id, sig.role, sig.cause
+            category = CATEGORY.get(sig.id, sig.id)
+        em = _EXC.match(stripped)
+        err = AppError(
+            source=source,
+            line=n,
+            time=t if t is not None else last_time,
+            text=clip(head),
+            rank=r,
+            category=category,
+            signature=sig_id,
+            role=role,
+            cause=cause,
+            exception=em.group("name") if em else _inline_exc(stripped),
+            time_inferred=t is None and last_time is not None,
+            who=_who(r, stripped_line.host, pid_here, source),
+            host=stripped_line.host,
+            pid=pid_here,
         )
+        if role in ERROR_ROLES:
+            state.add(err)
+        elif len(state.context) < 50:
+            state.context.append(err)
     return tuple(
         RankLog(
             rank=s.rank,
             source=source,
             lines=s.lines,
-            first_error=s.first,
+            first_error=s.errors[0] if s.errors else None,
             last_error=s.last,
             error_count=s.count,
             categories=s.cats,
@@ -295,52 +348,64 @@ def parse_applog(
             first_time=s.first_time,
             last_time=s.last_time,
             pid=s.pid,
+            errors=tuple(s.errors),
+            context=tuple(s.context),
+            pids=tuple(sorted(s.pids)),
         )
         for s in ranks.values()
         if s.lines
     )
 
 
-_INLINE_EXC = re.compile(r"\b(?:[a-z_][\w]*\.)*([A-Z]\w*(?:Error|Exception)): ")
+_INLINE_EXC = re.compile(r"\b(?:[a-z_]\w{0,100}\.){0,20}([A-Z]\w{0,100}(?:Error|Exception)): ")
 
 
 def _inline_exc(text: str) -> str | None:
-    m = _INLINE_EXC.search(text)
+    m = _INLINE_EXC.search(text[:1000])
     return m.group(1) if m else None
-
-
-def _first_key(r: RankLog) -> tuple[str, str, int]:
-    # an inferred time is "not later than": ties are broken by position in the file
-    e = r.first_error
-    return (e.time or "", e.source, e.line) if e else ("", "", 0)
 
 
 def summarise(ranks: Iterable[RankLog]) -> AppLogFacts:
     all_ranks = tuple(sorted(ranks, key=lambda r: (r.rank is None, r.rank or 0, r.source)))
-    timed = [r for r in all_ranks if r.first_error and r.first_error.time]
-    # launcher lines (no rank) only count when no rank logged a timed error
-    ranked = [r for r in timed if r.rank is not None] or timed
-    first_rank: RankLog | None = None
-    if ranked:
-        first_rank = min(ranked, key=_first_key)
+    errors = [e for r in all_ranks for e in r.errors]
+    ordered = causal_order(errors)
+    first = ordered[0] if ordered else None
+    by_cause: dict[str, list[AppError]] = {}
+    for e in ordered:
+        if e.cause and len(by_cause.setdefault(e.cause, [])) < BY_CAUSE_MAX:
+            by_cause[e.cause].append(e)
+    surfaced_all = [e for e in errors if e.role == "surfaced"]
+    nccl_like = [e for e in surfaced_all if e.signature != "launcher-failed"]
+    pool = nccl_like or surfaced_all or [r.last_error for r in all_ranks if r.last_error]
     surfaced: AppError | None = None
-    lasts = [r.last_error for r in all_ranks if r.last_error is not None]
-    if lasts:
-        with_time = [e for e in lasts if e.time]
-        surfaced = max(with_time, key=lambda e: e.time or "") if with_time else lasts[0]
+    if pool:
+        timed = [e for e in pool if e.time]
+        surfaced = max(timed, key=lambda e: (e.time or "", e.source, e.line)) if timed else pool[-1]
+    # a rank's own first error that names no cause of its own, after a peer went away
+    peer = [e for e in ordered if e.role == "peer-consequence"]
     silent = tuple(r.rank for r in all_ranks if r.first_error is None and r.rank is not None)
+    # a rank is silent only if none of its files logged an error
+    with_errors = {r.rank for r in all_ranks if r.first_error is not None}
+    silent = tuple(sorted({r for r in silent if r not in with_errors}))
     return AppLogFacts(
         ranks=all_ranks,
-        first_failed_rank=first_rank.rank if first_rank else None,
-        first_error=first_rank.first_error if first_rank else None,
+        first_failed_rank=first.rank if first else None,
+        first_error=first,
         surfaced=surfaced,
         silent_ranks=silent,
+        by_cause={k: tuple(v) for k, v in by_cause.items()},
+        killed=tuple(e for e in errors if e.signature == "rank-killed")[:BY_CAUSE_MAX],
+        peer_consequences=tuple(peer[:BY_CAUSE_MAX]),
+        context=tuple(e for r in all_ranks for e in r.context)[:BY_CAUSE_MAX],
+        pids=tuple(sorted({p for r in all_ranks for p in r.pids}))[:PIDS_MAX],
     )
 
 
-@register("applog", "app/*.log: per-rank first and last error, classified; the first rank")
+@register(
+    "applog", "app/*.log and nccl/*.log: every error line classified; the first in causal order"
+)
 def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
-    logs = [(k, v) for k, v in files_under(files, PREFIX) if is_collected(v)]
+    logs = [(k, v) for prefix in PREFIXES for k, v in files_under(files, prefix) if is_collected(v)]
     if not logs:
         return {"collected": False}
     raw = context.get("collected_at")
@@ -349,13 +414,23 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     for name, res in logs:
         ranks.extend(
             parse_applog(
-                res.lines(), source=name, rank=rank_from_name(name), collected_at=collected_at
+                res.lines(),
+                source=name,
+                rank=rank_from_name(name) if name.startswith("app/") else None,
+                collected_at=collected_at,
             )
         )
     facts = summarise(ranks)
     out: dict[str, Any] = to_jsonable(facts)
+    # the per-file error lists feed the ranking above; the facts keep each rank's first and last
+    for r in out["ranks"]:
+        r.pop("errors", None)
+        r.pop("context", None)
+        r.pop("pids", None)
     out["collected"] = True
+    out["app_collected"] = any(k.startswith("app/") for k, _ in logs)
     out["errors_by_category"] = _merge(r.categories for r in facts.ranks)
+    out["causes"] = sorted(facts.by_cause)
     return out
 
 

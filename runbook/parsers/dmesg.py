@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from runbook import signatures
 from runbook.parsers import xid as xidtable
 from runbook.parsers._common import (
     Counter,
@@ -116,6 +117,9 @@ class XidEvent(KernelEvidence):
     #: seen more than once for this GPU and code
     repeated: bool = False
     recovery_action: str | None = None
+    #: the primary code a secondary Xid names (`caused by previous Xid 149`): its fault and
+    #: drain judgement are the primary's
+    caused_by: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,6 +141,15 @@ class AerEvent(KernelEvidence):
     first_error: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class KernelSignature(KernelEvidence):
+    """A kernel line the signature catalog names (IOMMU faults): role and cause from it."""
+
+    signature: str
+    role: str
+    cause: str | None = None
+
+
 @dataclass(frozen=True)
 class DmesgFacts:
     memcg_ooms: tuple[OomEvent, ...]
@@ -151,6 +164,20 @@ class DmesgFacts:
     totals: dict[str, int] = field(default_factory=dict)
     time_format: Literal["ctime", "monotonic", "syslog", "iso", "none"] = "none"
     boot_epoch: float | None = None
+    #: kernel lines the signature catalog names: IOMMU faults (AMD-Vi IO_PAGE_FAULT, DMAR: DMA
+    #: the IOMMU blocked, which breaks P2P), NVSwitch SXid errors
+    catalog_hits: tuple[KernelSignature, ...] = ()
+    #: False when the file has lines but none of them was understood (no known stamp and no
+    #: record): such a file proves nothing absent
+    recognized: bool = True
+
+    @property
+    def iommu_faults(self) -> tuple[KernelSignature, ...]:
+        return tuple(h for h in self.catalog_hits if h.cause == "p2p-unavailable")
+
+    @property
+    def nvswitch_faults(self) -> tuple[KernelSignature, ...]:
+        return tuple(h for h in self.catalog_hits if h.signature == "nvswitch-sxid")
 
     @property
     def fatal_aer(self) -> tuple[AerEvent, ...]:
@@ -171,8 +198,11 @@ class DmesgFacts:
 KEYWORDS = (
     "oom-kill", "Task in ", ": usage ", "Kill process", "Killed process", "Out of memory",
     "page allocation", "os_lock_user_pages", "Cannot map memory", "NVRM", "fallen off the bus",
-    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace",
+    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace", "AMD-Vi", "DMAR", "IO_PAGE_FAULT",
+    "SXid",
 )  # fmt: skip
+#: words of the kernel lines the signature catalog names (see `catalog_hits`)
+_CATALOG_WORDS = ("AMD-Vi", "DMAR", "IO_PAGE_FAULT", "SXid")
 #: keywords that open a multi-line record, and how many following lines it may span
 WINDOWS = {"Memory cgroup stats": 80, "AER": 6, "PCIe Bus Error": 6, "NVRM: The NVIDIA GPU": 4}
 
@@ -351,6 +381,8 @@ def parse_dmesg(
     fallen: list[FallenOffBus] = []
     aers: list[AerEvent] = []
     xid_seen: dict[tuple[str, int], int] = {}
+    iommu: list[KernelSignature] = []
+    catalog = signatures.catalog()
 
     oom: _Oom | None = None
     aer: _Aer | None = None
@@ -381,10 +413,12 @@ def parse_dmesg(
             counter.keep("aer", aers, aer.build())
             aer = None
 
+    seen_lines = 0
     pairs: Iterable[tuple[int, str]] = (
         lines if numbered else enumerate(lines, 1)  # type: ignore[assignment,arg-type]
     )
     for n, raw in pairs:
+        seen_lines += 1
         # fast path: outside any multi-line record, a line that no record can start on is
         # skipped before its timestamp is parsed (most of a big kernel log is such lines)
         if (
@@ -411,8 +445,11 @@ def parse_dmesg(
                 else:
                     fmt = "iso"
         else:
-            # a continuation line of a multi-line message: it shares the message's time
+            # a continuation line of a multi-line message: it shares the message's time; a
+            # stamp of a shape not known here is set aside so the message is still read
             msg = raw.strip()
+            if msg.startswith("[") and 0 < msg.find("]") < 40:
+                msg = msg[msg.find("]") + 1 :].strip()
         if not msg:
             continue
         ev = KernelEvidence(source=source, line=n, time=last_time, text=clip(raw), uptime_s=last_up)
@@ -599,6 +636,14 @@ def parse_dmesg(
                 proc = None if name in ("", "<unknown>") else name
                 rest = pm.group("rest")
             info = xidtable.lookup(code)
+            primary = xidtable.caused_by(rest)
+            if primary is not None and primary != code:
+                first = xidtable.lookup(primary)
+                info = replace(
+                    first,
+                    code=code,
+                    meaning=f"{info.meaning}, caused by Xid {primary} ({first.meaning})",
+                )
             action = None
             if code == 154:
                 am2 = _RECOVERY.search(rest)
@@ -620,6 +665,7 @@ def parse_dmesg(
                     gpu_fault=info.gpu_fault,
                     drain=info.drain or xidtable.recovery_action_drains(action),
                     recovery_action=action,
+                    caused_by=primary,
                 ),
             )
             if code == 79:
@@ -649,6 +695,17 @@ def parse_dmesg(
                 counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=None))
             pending_gpu = None
             continue
+
+        # ---- kernel lines the catalog names (IOMMU faults)
+        if any(word in msg for word in _CATALOG_WORDS):
+            sig = catalog.classify(msg, kernel=True)
+            if sig is not None:
+                counter.keep(
+                    "catalog_hits",
+                    iommu,
+                    KernelSignature(**_ev(ev), signature=sig.id, role=sig.role, cause=sig.cause),
+                )
+                continue
 
         # ---- PCIe AER
         m = _AER_RECEIVED.match(msg)
@@ -708,6 +765,10 @@ def parse_dmesg(
         totals=dict(counter.totals),
         time_format=fmt,  # type: ignore[arg-type]
         boot_epoch=boot_epoch,
+        catalog_hits=tuple(iommu),
+        recognized=fmt != "none" or not seen_lines or bool(
+            memcg or global_ or allocs or pins or xids or fallen or aers or iommu
+        ),
     )
 
 
@@ -736,8 +797,11 @@ def _boot_epoch(files: Files, context: Mapping[str, Any]) -> float | None:
 def facts_dict(facts: DmesgFacts) -> dict[str, Any]:
     out: dict[str, Any] = to_jsonable(facts)
     out["fatal_aer"] = to_jsonable(facts.fatal_aer)
+    out["iommu_faults"] = to_jsonable(facts.iommu_faults)
+    out["nvswitch_faults"] = to_jsonable(facts.nvswitch_faults)
     out["gpu_fault_xids"] = to_jsonable(facts.gpu_fault_xids)
     out["drain_xids"] = to_jsonable(facts.drain_xids)
+    out["unknown_xids"] = to_jsonable(tuple(x for x in facts.xids if x.category == "unknown"))
     return out
 
 

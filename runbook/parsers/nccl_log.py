@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from runbook import signatures
 from runbook.parsers._common import (
     Counter,
     Evidence,
@@ -106,32 +107,35 @@ _NNODES = re.compile(r"\bnNodes (\d+)")
 _NRANKS = re.compile(r"\bn[Rr]anks (\d+)")
 _SIZE = re.compile(r"(?:size |to |calloc |alloc )(\d+)(?= bytes|\)|\s*$)")
 
-_WARN_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(p, re.IGNORECASE))
-    for name, p in (
-        ("shm", r"/dev/shm|posix_fallocate|shared memory segment|shm_open|failed to extend"),
-        ("host-alloc", r"host alloc|cudaHostAlloc|cudaHostRegister|cuMemHostAlloc"),
-        (
-            "cuda-oom",
-            r"Cuda failure (?:\d+ )?'out of memory'|Failed to CUDA calloc|"
-            r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY",
-        ),
-        ("ib", r"NET/IB|ibv_|mlx5|RoCE|\bverbs\b|Got completion"),
-        (
-            "socket",
-            r"NET/Socket|Connect to .* failed|Call to connect|Connection (?:refused|timed "
-            r"out|reset|closed)|socket|bootstrap",
-        ),
-        ("cuda", r"Cuda failure|CUDA error|cuda driver|cuMem"),
-    )
-)
+_HOST_ALLOC = re.compile(r"host alloc|cudaHostAlloc|cudaHostRegister|cuMemHostAlloc", re.I)
+#: catalog signature -> the WARN category the runbook's rules read
+_WARN_CATEGORY = {
+    "shm-exhausted": "shm",
+    "host-alloc-failed": "host-alloc",
+    "cuda-oom": "cuda-oom",
+    "nccl-ib-verbs-failure": "ib",
+    "nccl-ib-missing": "ib-missing",
+    "socket-no-interface": "socket",
+    "socket-connect-failed": "socket",
+    "peer-closed": "peer",
+    "store-timeout": "timeout",
+    "collective-timeout": "timeout",
+    "p2p-unsupported": "p2p",
+    "cuda-error": "cuda",
+    "cuda-uncorrectable-ecc": "gpu-hardware",
+    "cuda-gpu-lost": "gpu-hardware",
+    "nccl-plugin-probe": "benign",
+}
 
 
 def classify_warn(message: str) -> str:
-    for name, pattern in _WARN_CLASSES:
-        if pattern.search(message):
-            return name
-    return "other"
+    """The category of an NCCL WARN message, from the signature catalog."""
+    if _HOST_ALLOC.search(message[:4096]):
+        return "host-alloc"
+    sig = signatures.catalog().classify(message)
+    if sig is None:
+        return "other"
+    return _WARN_CATEGORY.get(sig.id, "other")
 
 
 def _transport_kind(via: str) -> str:

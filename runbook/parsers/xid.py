@@ -17,10 +17,16 @@ an earlier Xid), ``informational`` (a recorded event, not a fault), ``unknown``.
 
 from __future__ import annotations
 
+import functools
+import re
 from dataclasses import dataclass
-from typing import Literal
+from importlib import resources
+from typing import Any, Literal, get_args
+
+import yaml
 
 Category = Literal["application", "hardware", "secondary", "informational", "unknown"]
+_CATEGORIES = frozenset(get_args(Category))
 
 
 @dataclass(frozen=True)
@@ -199,9 +205,57 @@ XIDS: dict[int, XidInfo] = {
 }
 
 
+def _from_data(code: int, raw: Any) -> XidInfo | None:
+    if not isinstance(raw, dict) or raw.get("category") not in _CATEGORIES:
+        return None
+    note = str(raw.get("note") or "")
+    action = raw.get("action")
+    if action:
+        note = f"NVIDIA: {action}" + (f"; {note}" if note else "")
+    return XidInfo(
+        code,
+        str(raw.get("meaning") or f"Xid {code}"),
+        raw["category"],
+        bool(raw.get("gpu_fault")),
+        bool(raw.get("drain")),
+        bool(raw.get("drain_if_repeated")),
+        note,
+    )
+
+
+@functools.cache
+def catalog() -> dict[int, XidInfo]:
+    """NVIDIA's published Xid catalog (runbook/data/xids.yaml, with its sources), over the
+    table above for any code the data lacks."""
+    table = dict(XIDS)
+    text = resources.files("runbook").joinpath("data/xids.yaml").read_text()
+    data = yaml.safe_load(text) or {}
+    for code, raw in (data.get("xids") or {}).items():
+        if isinstance(code, int):
+            info = _from_data(code, raw)
+            if info is not None:
+                table[code] = info
+    return table
+
+
 def lookup(code: int) -> XidInfo:
-    """The catalog entry for `code`; an unknown code is `unknown`, no fault, no drain."""
-    return XIDS.get(code, XidInfo(code, "unknown Xid", "unknown", False, False))
+    """The catalog entry for `code`; a code the catalog lacks is `unknown` ("unknown Xid N:
+    look it up"): no fault and no drain on its own, but never taken for benign."""
+    return catalog().get(
+        code,
+        XidInfo(
+            code, f"unknown Xid {code}: look it up in NVIDIA's Xid catalog", "unknown", False, False
+        ),
+    )
+
+
+_CAUSED_BY = re.compile(r"caused by previous Xid (\d{1,6})")
+
+
+def caused_by(detail: str) -> int | None:
+    """The primary code a secondary Xid names (`… caused by previous Xid 149`), if it does."""
+    m = _CAUSED_BY.search(detail[:2000])
+    return int(m.group(1)) if m else None
 
 
 def recovery_action_drains(action: str | None) -> bool:

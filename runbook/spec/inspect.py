@@ -22,6 +22,7 @@ from typing import Literal
 
 from runbook import templating
 from runbook.parsers import registry
+from runbook.signatures import ROLES
 from runbook.spec.models import END, PROPOSAL_KINDS, ROOT_CAUSES, Rule, Runbook, Stage
 
 __all__ = ["Issue", "check", "index_path", "inspect_text", "key_path", "suggest"]
@@ -243,6 +244,11 @@ class _Checker:
             self.expression(key_path(rule_path, "evidence"), rule.evidence)
             self.template(key_path(rule_path, "finding"), rule.finding)
             self.check_cause(key_path(rule_path, "cause"), rule.cause)
+            if rule.role is not None and rule.role not in ROLES:
+                self.semantic(
+                    key_path(rule_path, "role"),
+                    f"'{rule.role}' is not a role" + suggest(rule.role, ROLES, listing="known"),
+                )
             self.check_cause(key_path(rule_path, "conclude"), rule.conclude)
             if rule.next is not None and rule.conclude is not None:
                 self.semantic(

@@ -51,7 +51,9 @@ RUNBOOK_KEYS = ("id", "title", "description", "vars", "surfaced_as", "stages", "
 STAGE_KEYS = (
     "id", "title", "description", "timeout", "when", "collect", "parse", "derive", "decide",
 )  # fmt: skip
-RULE_KEYS = ("when", "finding", "cause", "evidence", "next", "conclude", "propose", "rule_out")
+RULE_KEYS = (
+    "when", "finding", "cause", "role", "evidence", "next", "conclude", "propose", "rule_out",
+)  # fmt: skip
 RULE_OUT_KEYS = ("cause", "because")
 REMEDY_KEYS = ("id", "kind", "title", "summary", "playbook", "params")
 #: keys that make a stage a change to the node, which only `remedies:` may declare
@@ -497,6 +499,7 @@ class _Builder:
             when=self.text(data, "when", path),
             finding=self.text(data, "finding", path),
             cause=self.text(data, "cause", path),
+            role=self.text(data, "role", path),
             evidence=self.text(data, "evidence", path),
             next=self.text(data, "next", path),
             conclude=self.text(data, "conclude", path),

@@ -8,6 +8,8 @@ expected.yaml keys (all but `root_cause` optional):
 - `root_cause`, `root_cause_not` (list), `confidence`, `surfaced_as_contains`
 - `first_anomaly`: `{source, line}` of the verdict's first anomaly (line only where meaningful)
 - `chain_contains` / `chain_excludes`: substrings that some / no chain finding holds
+- `also_seen_contains`: substrings that some finding listed apart (`also_seen`) holds: an
+  anomaly that is not part of the causal chain (a neighbour's OOM, a stale label)
 - `chain_causes`: causes some chain finding must carry
 - `facts`: `[{stage, path, equals}]` (path dotted into that stage's facts; integers index lists)
   or `{stage, path, contains}` for a substring of the value
@@ -134,6 +136,10 @@ def test_the_evidence_chain_says_what_the_bundle_shows(name: str) -> None:
         assert needle in text, f"{needle!r} not in the chain:\n{text}"
     for needle in want.get("chain_excludes", []):
         assert needle not in text, f"{needle!r} is in the chain:\n{text}"
+    also = "\n".join(c["finding"] for c in v.get("also_seen", []))
+    for needle in want.get("also_seen_contains", []):
+        assert needle in also, f"{needle!r} not in also_seen:\n{also}"
+        assert needle not in text, f"{needle!r} is in the chain too:\n{text}"
     causes = {c.get("cause") for c in v["chain"]}
     for cause in want.get("chain_causes", []):
         assert cause in causes, f"no finding blames {cause}:\n{text}"

@@ -56,7 +56,12 @@ def test_a_plain_python_exception_before_any_init_is_an_application_exception() 
     assert (r3["category"], r3["exception"], r3["line"]) == (
         "application-exception", "ValueError", 10
     )
-    assert facts["first_failed_rank"] == 3
+    # within the torchrun log alone (the other samples are other incidents): rank 3's own
+    # exception is the first error in causal order, ahead of the timed lost peers
+    only = {k: v for k, v in bundle("torch").items() if k == "app/torchrun.log"}
+    alone = roundtrip(registry.get("applog").func(only, CTX))
+    assert alone["first_failed_rank"] == 3
+    assert alone["first_error"]["exception"] == "ValueError"
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,471 @@
+"""From a finished walk to the verdict object of DESIGN §5 (a contract: add fields only).
+
+Pure: takes the conductor, returns a JSON-ready dict. The named steps:
+
+- `finding_role`: a finding's causal role (its rule's `role:`, else its evidence's, else
+  `cause` when it names one, else `context`);
+- `rank_findings`: the findings in causal order (`runbook.causal.causal_order`: timed
+  evidence by time, untimed by role, then file and line);
+- `root_cause_of`: the cause of the first finding that blames one — a `context` finding (an
+  OOM in a cgroup nothing ties to the job) only when nothing else does, and then at low
+  confidence; `healthy` only on evidence (something read and ruled out, no anomaly);
+- `confidence_of`, `first_anomaly_of` (always a bundle file and line when one is known);
+- `split_chain`: the causal chain (the root cause's findings and the consequences, in causal
+  order) apart from what was merely also seen.
+
+An explicit `conclude:` wins.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from runbook import templating
+from runbook.causal import causal_order
+from runbook.conductor import Conductor, Finding, Status
+from runbook.errors import TemplateError
+from runbook.report.secrets import redact_data
+from runbook.signatures import role_rank
+
+VERDICT_FORMAT = 1
+
+#: the order fixes are listed (and should be applied) in
+FIX_ORDER = (
+    "collect-more",
+    "reduce-loader-memory",
+    "shm-size-limit",
+    "memory-limit",
+    "nccl-ib-disable-ab",
+    "node-drain",
+)
+
+
+def utc_offset(text: Any) -> dt.timezone | None:
+    """`date +%z` output (`+0800`, `-0530`) as a timezone, or None."""
+    if not isinstance(text, str):
+        return None
+    text = text.strip()
+    if len(text) == 5 and text[0] in "+-" and text[1:].isdigit():
+        minutes = int(text[1:3]) * 60 + int(text[3:])
+        return dt.timezone(dt.timedelta(minutes=minutes if text[0] == "+" else -minutes))
+    return None
+
+
+def parse_time(value: Any, local: dt.tzinfo | None = None) -> dt.datetime | None:
+    """ISO 8601, or None. A naive time (`dmesg -T`, syslog, most application logs) is the
+    node's local time: `local` when the node's UTC offset is known, else taken as UTC."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=local or dt.timezone.utc)
+
+
+#: the timeline keeps at most this many entries (anomalies first among those dropped last)
+TIMELINE_MAX = 400
+
+
+def _timed_evidence(value: Any, depth: int = 0) -> list[dict[str, Any]]:
+    """Every evidence record (a mapping with source, line and time) anywhere in some facts."""
+    if depth > 8:
+        return []
+    if isinstance(value, Mapping):
+        if "source" in value and "line" in value and value.get("time"):
+            return [dict(value)]
+        return [e for v in value.values() for e in _timed_evidence(v, depth + 1)]
+    if isinstance(value, list | tuple):
+        return [e for v in value for e in _timed_evidence(v, depth + 1)]
+    return []
+
+
+def build_timeline(conductor: Conductor, local: dt.tzinfo | None = None) -> list[dict[str, Any]]:
+    """Every timestamped piece of evidence the walk parsed — kernel, journals, application
+    logs, pod terminations — on one axis, the findings' evidence marked as anomalies."""
+    anomalies = {
+        (e.get("source"), e.get("line") or e.get("text"))
+        for record in conductor.records.values()
+        for f in record.findings
+        for e in f.evidence
+    }
+    entries: dict[tuple[Any, Any], dict[str, Any]] = {}
+    for stage_id in conductor.path:
+        for facts in conductor.records[stage_id].facts.values():
+            for item in _timed_evidence(facts):
+                when = parse_time(item.get("time"), local)
+                key = (item.get("source"), item.get("line") or item.get("text"))
+                if when is None or key in entries:
+                    continue
+                entries[key] = {
+                    "time": when.astimezone(dt.timezone.utc).isoformat(),
+                    "source": item.get("source"),
+                    "line": item.get("line"),
+                    "text": str(item.get("text", ""))[:300],
+                    "stage": stage_id,
+                    "anomaly": key in anomalies,
+                }
+    ordered = sorted(entries.values(), key=lambda e: (e["time"], str(e["source"]), e["line"] or 0))
+    if len(ordered) > TIMELINE_MAX:
+        keep = {id(e) for e in ordered if e["anomaly"]}
+        room = max(0, TIMELINE_MAX - len(keep))
+        keep |= {id(e) for e in [e for e in ordered if not e["anomaly"]][:room]}
+        ordered = [e for e in ordered if id(e) in keep]
+    return ordered
+
+
+def _earliest_time(finding: Finding, local: dt.tzinfo | None = None) -> dt.datetime | None:
+    times = [
+        t
+        for t in (
+            parse_time(e.get("time"), local) for e in finding.evidence if not e.get("time_inferred")
+        )
+        if t
+    ]
+    return min(times) if times else None
+
+
+#: roles of findings that blame their cause outright; `context` findings blame only when
+#: nothing else does (low confidence)
+BLAMING_ROLES = ("cause", "local-error")
+#: roles of the failure's consequences: part of the chain, never its root
+CONSEQUENCE_ROLES = ("peer-consequence", "surfaced")
+
+
+def finding_role(finding: Finding) -> str:
+    """The finding's causal role (see the module docstring)."""
+    if finding.role:
+        return finding.role
+    roles = [str(e["role"]) for e in finding.evidence if isinstance(e.get("role"), str)]
+    if roles:
+        return min(roles, key=role_rank)
+    return "cause" if finding.cause else "context"
+
+
+def _finding_position(finding: Finding) -> tuple[str, int]:
+    lined = [e for e in finding.evidence if isinstance(e.get("line"), int)]
+    if lined:
+        e = lined[0]
+        return (str(e.get("source") or ""), int(e["line"]))
+    return ("~" + finding.stage, 1 << 62)
+
+
+def rank_findings(findings: list[Finding], local: dt.tzinfo | None = None) -> list[Finding]:
+    """The findings in causal order (runbook.causal.causal_order)."""
+    return causal_order(
+        findings,
+        local=local,
+        time_of=lambda f: _earliest_time(f, local),
+        role_of=finding_role,
+        position_of=_finding_position,
+    )
+
+
+def order_by_time(findings: list[Finding], local: dt.tzinfo | None = None) -> list[Finding]:
+    """Kept for callers of the earlier name: the causal order."""
+    return rank_findings(findings, local)
+
+
+def _first_evidence(finding: Finding, local: dt.tzinfo | None = None) -> dict[str, Any] | None:
+    """The finding's first evidence in causal order that names a bundle file (and its line
+    when known), or None when its evidence names no file."""
+    files = [e for e in finding.evidence if isinstance(e.get("source"), str) and e.get("source")]
+    lined = [e for e in files if isinstance(e.get("line"), int)]
+    pool = lined or files
+    if not pool:
+        return None
+    first = causal_order(pool, local=local)[0]
+    return {k: first.get(k) for k in ("source", "line", "time", "text") if k in first}
+
+
+def root_cause_of(ranked: list[Finding]) -> tuple[str | None, Finding | None, bool]:
+    """(root cause, the finding that names it, weak): the first blaming finding's cause; a
+    `context` finding's only when no other finding blames anything (weak)."""
+    for f in ranked:
+        if f.cause and finding_role(f) in BLAMING_ROLES:
+            return f.cause, f, False
+    for f in ranked:
+        if f.cause and finding_role(f) not in CONSEQUENCE_ROLES:
+            return f.cause, f, True
+    return None, None, False
+
+
+def first_anomaly_of(
+    ranked: list[Finding], root: Finding | None, local: dt.tzinfo | None = None
+) -> dict[str, Any] | None:
+    """The root cause's first evidence; without a cause, the first anomaly read (a rank's own
+    error, a lost peer, where it surfaced); None when nothing anomalous was read."""
+    candidates: list[Finding] = []
+    if root is not None:
+        candidates = [root] + [f for f in ranked if f is not root and f.cause == root.cause]
+    else:
+        candidates = [f for f in ranked if finding_role(f) not in ("context", "benign")]
+    firsts = [e for e in (_first_evidence(f, local) for f in candidates) if e is not None]
+    lined = [e for e in firsts if isinstance(e.get("line"), int)]
+    pool = lined or firsts
+    return pool[0] if pool else None
+
+
+def split_chain(
+    ranked: list[Finding], root_cause: str | None
+) -> tuple[list[Finding], list[Finding]]:
+    """(chain, also seen): the chain holds the root cause's findings, the faults after it and
+    the consequences (causeless errors, lost peers, where it surfaced), in causal order; the
+    rest — context such as a stale label or a neighbour's OOM — is also seen."""
+    chain: list[Finding] = []
+    also: list[Finding] = []
+    rooted = False
+    for f in ranked:
+        role = finding_role(f)
+        if root_cause and f.cause == root_cause and (role != "context" or not chain):
+            chain.append(f)
+            rooted = True
+        elif not f.cause and role in ("local-error", *CONSEQUENCE_ROLES):
+            chain.append(f)
+        elif rooted and f.cause and role in BLAMING_ROLES:
+            # another fault after the root one (a GPU falling off the bus after its link
+            # failed): a link of the chain, not its start
+            chain.append(f)
+        else:
+            also.append(f)
+    return chain, also
+
+
+#: the root causes each remedy kind addresses (collect-more addresses missing evidence)
+ADDRESSES = {
+    "memory-limit": ("host-memory-oom",),
+    "reduce-loader-memory": ("host-memory-oom",),
+    "shm-size-limit": ("shm-exhausted", "host-memory-oom"),
+    "nccl-ib-disable-ab": ("rdma-misconfigured",),
+    "node-drain": ("gpu-hardware", "pcie-error"),
+}
+
+
+def _plan_missing(proposal: Mapping[str, Any]) -> list[str]:
+    """What a proposal's plan lacks to be computed (its params came out empty)."""
+    params = proposal.get("params") or {}
+
+    def have(*keys: str) -> bool:
+        return any(str(params.get(k) or "").strip() not in ("", "None", "0") for k in keys)
+
+    kind = proposal.get("kind")
+    if kind == "memory-limit" and not have("peak_bytes", "per_rank_anon_bytes", "anon_bytes"):
+        return ["a measured memory peak (the pod's memory cgroup files or its processes)"]
+    return []
+
+
+def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict[str, Any]:
+    remedy = conductor.runbook.remedy(remedy_id)
+    params: dict[str, Any] = {}
+    errors = []
+    for key, template in remedy.params.items():
+        try:
+            params[key] = templating.render_text(template, ctx)
+        except TemplateError as exc:
+            errors.append(f"{key}: {exc.one_line()}")
+    try:
+        summary = templating.render_text(remedy.summary or remedy.title, ctx)
+    except TemplateError as exc:
+        summary, errors = remedy.title, [*errors, exc.one_line()]
+    digest = hashlib.sha256(
+        json.dumps([remedy.id, params], sort_keys=True, default=str).encode()
+    ).hexdigest()[:10]
+    proposal: dict[str, Any] = {
+        "id": f"{remedy.id}-{digest}",
+        "kind": remedy.kind,
+        "requires_approval": True,
+        "summary": " ".join(summary.split()),
+        "params": params,
+        "remedy": remedy.id,
+    }
+    if remedy.playbook:
+        proposal["playbook"] = remedy.playbook
+    if errors:
+        proposal["errors"] = errors
+    return proposal
+
+
+def _read_something(walked: list[Any]) -> bool:
+    """Evidence was read that a healthy verdict can stand on: something was ruled out, or a
+    collective test passed (a parser's `all_passed: true`)."""
+    return any(
+        r.status is Status.OK
+        and (
+            r.ruled_out
+            or any(isinstance(f, Mapping) and f.get("all_passed") is True for f in r.facts.values())
+        )
+        for r in walked
+    )
+
+
+def confidence_of(
+    root_cause: str, cause_finding: Finding | None, weak: bool, errors: list[Any], gaps: list[Any]
+) -> str:
+    if root_cause == "inconclusive" or weak:
+        return "low"
+    if root_cause == "healthy":
+        return "high" if not gaps else "medium"
+    if cause_finding is not None and cause_finding.evidence and not errors:
+        return "high"
+    return "medium"
+
+
+def build_verdict(
+    conductor: Conductor, *, node: str, target: str = "", local_utc_offset: str | None = None
+) -> dict[str, Any]:
+    """The verdict; `local_utc_offset` (`date +%z` of the node) places naive log times."""
+    runbook = conductor.runbook
+    local = utc_offset(local_utc_offset)
+    walked = [conductor.records[s] for s in conductor.path]
+    findings = [f for record in walked for f in record.findings]
+    ranked = rank_findings(findings, local)
+    gaps = [
+        r for r in walked if r.status in (Status.ERROR, Status.NOT_COLLECTED, Status.UNRECOGNIZED)
+    ]
+    # evidence that is absent lowers nothing; evidence we failed to read (errors) does
+    errors = [r for r in walked if r.status is Status.ERROR]
+    anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
+
+    cause, cause_finding, weak = root_cause_of(ranked)
+    if conductor.concluded:
+        root_cause = conductor.concluded
+        cause_finding = next((f for f in ranked if f.cause == root_cause), None)
+        weak = False
+    elif cause:
+        root_cause = cause
+    elif anomalies or errors or not _read_something(walked):
+        root_cause = "inconclusive"
+    else:
+        # nothing wrong in what was read, and something was read; what could not be read
+        # lowers the confidence and is named in a collect-more proposal
+        root_cause = "healthy"
+    confidence = confidence_of(root_cause, cause_finding, weak, errors, gaps)
+
+    ctx = conductor.context()
+    surfaced_as = None
+    if runbook.surfaced_as:
+        try:
+            value = templating.evaluate(runbook.surfaced_as, ctx)
+            surfaced_as = None if value in (None, "") else str(value)
+        except TemplateError:
+            surfaced_as = None
+
+    chain, also_seen = split_chain(
+        ranked, root_cause if root_cause not in ("healthy", "inconclusive") else None
+    )
+    blamed = {f.cause for f in findings if f.cause and finding_role(f) != "context"}
+    ruled_out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for record in walked:
+        for out in record.ruled_out:
+            if out["cause"] in blamed or out["cause"] == root_cause or out["cause"] in seen:
+                continue
+            seen.add(out["cause"])
+            ruled_out.append(dict(out))
+
+    # a remedy is proposed only when it addresses the root cause (or gathers evidence)
+    wanted: list[str] = []
+    for record in walked:
+        for remedy_id in record.proposals:
+            if remedy_id not in wanted:
+                wanted.append(remedy_id)
+    proposals = []
+    for remedy_id in wanted:
+        proposal = _proposal(conductor, remedy_id, ctx)
+        kind = proposal["kind"]
+        if kind in ADDRESSES and root_cause not in ADDRESSES[kind]:
+            continue
+        missing = _plan_missing(proposal)
+        if missing:
+            proposal["requires_approval"] = False
+            proposal["missing"] = missing
+            proposal["summary"] = (
+                f"advice, not queued (missing: {'; '.join(missing)}): " + proposal["summary"]
+            )
+        proposals.append(proposal)
+    # fixes in the order to apply them: reduce the peak before adding memory; drain last
+    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+    if (root_cause == "inconclusive" or gaps) and not any(
+        p["kind"] == "collect-more" for p in proposals
+    ):
+        missing_stages = [r.id for r in gaps]
+        proposals.append(
+            {
+                "id": "collect-more-"
+                + hashlib.sha256(",".join(missing_stages).encode()).hexdigest()[:10],
+                "kind": "collect-more",
+                "requires_approval": False,
+                "summary": (
+                    "collect the evidence of: " + ", ".join(missing_stages)
+                    if missing_stages
+                    else "the findings name no cause: collect the application logs and dmesg"
+                ),
+                "params": {"stages": missing_stages},
+            }
+        )
+
+    def link(f: Finding) -> dict[str, Any]:
+        return {
+            "stage": f.stage,
+            "finding": f.text,
+            **({"cause": f.cause} if f.cause else {}),
+            "role": finding_role(f),
+            "evidence": [
+                {k: e[k] for k in ("source", "line", "time") if k in e} for e in f.evidence
+            ],
+        }
+
+    verdict: dict[str, Any] = {
+        "format": VERDICT_FORMAT,
+        "node": node,
+        "runbook": runbook.id,
+        "target": target,
+        "root_cause": root_cause,
+        "confidence": confidence,
+        "surfaced_as": surfaced_as,
+        "first_anomaly": (
+            first_anomaly_of(ranked, cause_finding, local) if root_cause != "healthy" else None
+        ),
+        "chain": [link(f) for f in chain],
+        "also_seen": [link(f) for f in also_seen],
+        "ruled_out": ruled_out,
+        "stages": [stage_summary(conductor, s.id) for s in runbook.stages],
+        "proposals": proposals,
+        "timeline": build_timeline(conductor, local),
+    }
+    # a credential a log line carried never reaches a verdict, a report or a sweep result
+    redacted: dict[str, Any] = redact_data(verdict)
+    return redacted
+
+
+def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:
+    record = conductor.records[stage_id]
+    data: dict[str, Any] = {
+        "id": record.id,
+        "title": record.title,
+        "status": record.status.value,
+        "facts": record.facts,
+    }
+    if record.findings:
+        data["findings"] = [f.text for f in record.findings]
+    if record.errors:
+        data["errors"] = list(record.errors)
+    probe_failures = {p.name: p.failure for p in record.probes if p.failure}
+    if probe_failures:
+        data["not_collected"] = probe_failures
+    if record.reason:
+        data["reason"] = record.reason
+    return data
+
+
+def summarize(verdict: Mapping[str, Any]) -> str:
+    """One line for logs and sweep tables."""
+    first = verdict.get("first_anomaly") or {}
+    where = (
+        f" (first anomaly: {first.get('source')}:{first.get('line')})" if first.get("line") else ""
+    )
+    return f"{verdict['node']}: {verdict['root_cause']} [{verdict['confidence']}]{where}"

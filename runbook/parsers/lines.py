@@ -1,0 +1,134 @@
+"""Launcher and log-pipeline prefixes, removed in a loop so a rank's own text is read whatever
+stack of them it arrived behind.
+
+Each layer that carries a training job's output adds its own tag before the line:
+
+    kubectl logs --timestamps    2025-05-03T08:14:02.551908112Z <line>
+    CRI log file (containerd)    2025-05-03T08:14:02.551908112Z stderr F <line>
+    kubectl logs --prefix        [pod/trainer-0/pytorch] <line>
+    torchrun --tee / log_dir     [default3]:<line>
+    PyTorch >= 2.4 rank tag      [rank5]:<line>
+    Open MPI --tag-output        [1,3]<stderr>:<line>
+    srun --label                 3: <line>
+    DeepSpeed/pdsh               host-3: <line>
+    Ray                          (pid=1234) <line>, (RayTrainWorker pid=1234, ip=10.0.0.5) <line>
+    docker compose               trainer-1  | <line>
+
+`strip(line)` peels them off outermost first and keeps what they said: the rank (from the
+innermost tag that names one — never guessed from a host or pod name), the host, the pid,
+and the time a timestamp prefix gave. Numbers are bounded (a 5,000-digit rank tag is text, not
+a rank). Pure; no library does this for log lines, hence this module.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from runbook.parsers._common import iso
+
+#: at most this many prefixes are removed from one line (a hostile line cannot loop for long)
+MAX_DEPTH = 12
+
+_TS = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d)"
+_CRI = re.compile(rf"^(?P<t>{_TS}) (?:stdout|stderr) [FP] ")
+_KTS = re.compile(rf"^(?P<t>{_TS}) ")
+_KPREFIX = re.compile(r"^\[pod/[^\s/\]]{1,253}/[^\s\]]{1,253}\] ")
+_DEFAULT = re.compile(r"^\[default(?P<r>\d{1,6})\]: ?")
+_RANK = re.compile(r"^\[[Rr]ank ?(?P<r>\d{1,6})\]: ?")
+_MPI = re.compile(r"^\[\d{1,6},(?P<r>\d{1,6})\]<(?:stdout|stderr)>: ?")
+_SRUN = re.compile(r"^(?P<r>\d{1,6}): ")
+_RAY = re.compile(
+    r"^\((?:(?P<actor>[\w.:-]{1,100}) )?pid=(?P<pid>\d{1,9})(?:, ip=[0-9a-fA-F.:]{1,45})?\) "
+)
+#: a host name: lower case, at least one digit or dash (so `error: `, `warnings: ` and
+#: `RuntimeError: ` are never taken for one), or `localhost`
+_HOST = re.compile(
+    r"^(?P<h>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9-]{1,63}){0,8}"
+    r"|localhost): "
+)
+_COMPOSE = re.compile(r"^(?P<h>[\w.-]{1,100}?)\s+\| ")
+
+
+@dataclass(frozen=True)
+class Stripped:
+    """A line without its prefixes, and what they said."""
+
+    text: str
+    rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    #: ISO time a timestamp prefix (kubectl --timestamps, CRI) gave
+    time: str | None = None
+    #: the prefixes removed, outermost first (their kinds: `cri`, `rank`, `host`, …)
+    layers: tuple[str, ...] = ()
+
+
+def strip(line: str) -> Stripped:
+    """Remove every known prefix from `line` (see the module docstring)."""
+    rank: int | None = None
+    host: str | None = None
+    pid: int | None = None
+    time: str | None = None
+    layers: list[str] = []
+    text = line
+    for _ in range(MAX_DEPTH):
+        m = _CRI.match(text)
+        if m:
+            time = time or iso(m.group("t"))
+            layers.append("cri")
+            text = text[m.end() :]
+            continue
+        m = _KTS.match(text)
+        if m:
+            time = time or iso(m.group("t"))
+            layers.append("kubectl-timestamps")
+            text = text[m.end() :]
+            continue
+        m = _KPREFIX.match(text)
+        if m:
+            layers.append("kubectl-prefix")
+            text = text[m.end() :]
+            continue
+        found = False
+        for kind, pattern in (("default", _DEFAULT), ("rank", _RANK), ("mpi", _MPI)):
+            m = pattern.match(text)
+            if m:
+                rank = int(m.group("r"))
+                layers.append(kind)
+                text = text[m.end() :]
+                found = True
+                break
+        if found:
+            continue
+        m = _RAY.match(text)
+        if m:
+            pid = int(m.group("pid"))
+            layers.append("ray")
+            text = text[m.end() :]
+            continue
+        m = _SRUN.match(text)
+        if m:
+            rank = int(m.group("r"))
+            layers.append("srun-label")
+            text = text[m.end() :]
+            continue
+        m = _HOST.match(text)
+        if m and not _looks_like_time(text):
+            host = m.group("h")
+            layers.append("host")
+            text = text[m.end() :]
+            continue
+        m = _COMPOSE.match(text)
+        if m:
+            host = host or m.group("h")
+            layers.append("compose")
+            text = text[m.end() :]
+            continue
+        break
+    return Stripped(text, rank, host, pid, time, tuple(layers))
+
+
+def _looks_like_time(text: str) -> bool:
+    # `10: ` cannot be mistaken here (digits only go to the srun rule), but `2025-03-04: ` could
+    return bool(re.match(r"^\d{4}-\d\d-\d\d: ", text))
