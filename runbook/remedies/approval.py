@@ -113,10 +113,14 @@ class Desk:
         run_dir: str | None,
         source: str = "run",
     ) -> list[Queued]:
-        """Queue each executable proposal of a verdict (advice kinds are not queued)."""
+        """Queue each executable proposal of a verdict (advice kinds, and proposals whose plan
+        lacks an input — `requires_approval: false` — are not queued)."""
         out: list[Queued] = []
         for proposal in verdict.get("proposals") or []:
             if proposal.get("kind") in plans.ADVICE_KINDS:
+                continue
+            if proposal.get("requires_approval") is False:
+                # advice: its plan lacks an input (`missing`), so there is nothing to approve
                 continue
             key = f"{node}:{proposal['id']}"
             ctx = self._context(node=node, target=target, variables=variables,

@@ -144,3 +144,20 @@ def test_arbitrary_text_never_raises(lines: list[str]) -> None:
 def test_a_truncated_log_never_raises(cut: int) -> None:
     text = sample("applog/torch/torchrun.log")[:cut]
     summarise(parse_applog(text.splitlines(), source="app/torchrun.log"))
+
+
+def test_a_rank_prefix_of_five_thousand_digits_loses_no_stage() -> None:
+    # once raised ValueError (int() of a 5,000-digit string) and lost every rank's evidence
+    lines = ["[rank" + "7" * 5000 + "]: boom", "[rank2]: ValueError: bad config"]
+    facts = summarise(parse_applog(lines, source="app/x.log"))
+    assert facts.first_error is not None and facts.first_error.rank == 2
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.text(min_size=0, max_size=5000), max_size=8), st.integers(0, 30))
+def test_a_line_of_any_length_under_any_prefix_depth_never_raises(
+    bodies: list[str], depth: int
+) -> None:
+    lines = ["[rank1]:" * depth + b for b in bodies]
+    facts = summarise(parse_applog(lines, source="app/x.log"))
+    assert all(isinstance(r.error_count, int) for r in facts.ranks)
