@@ -235,6 +235,9 @@ def split_chain(
     return chain, also
 
 
+#: remedy kinds that are advice (they change nothing, so nothing is approved)
+ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
+
 #: the root causes each remedy kind addresses (collect-more addresses missing evidence)
 ADDRESSES = {
     "memory-limit": ("host-memory-oom",),
@@ -277,7 +280,8 @@ def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict
     proposal: dict[str, Any] = {
         "id": f"{remedy.id}-{digest}",
         "kind": remedy.kind,
-        "requires_approval": True,
+        # advice changes nothing: there is nothing to approve
+        "requires_approval": remedy.kind not in ADVICE_KINDS,
         "summary": " ".join(summary.split()),
         "params": params,
         "remedy": remedy.id,

@@ -11,6 +11,7 @@ v1: `memory.limit_in_bytes` (9223372036854771712 = unlimited), `memory.usage_in_
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -170,4 +171,21 @@ def cgroup_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out["present"] = True
     out["unreadable"] = sorted(absent)
     out["oom_killed"] = bool(out["oom_kills"])
+    out["evidence"] = _evidence(texts)
     return out
+
+
+#: lines of the cgroup files that show the limit was hit: an OOM kill, a failed charge
+_HIT = re.compile(r"^(?:oom_kill|oom|max) [1-9]\d*$")
+
+
+def _evidence(texts: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The lines that show the cgroup hit its limit, as evidence (file, line, text)."""
+    found: list[dict[str, Any]] = []
+    for base in ("memory.events", "memory.oom_control", "memory.failcnt"):
+        for n, line in enumerate(iter_lines(texts.get(base, "")), 1):
+            line = line.strip()
+            hit = _HIT.match(line) if base != "memory.failcnt" else re.fullmatch(r"[1-9]\d*", line)
+            if hit:
+                found.append({"source": PREFIX + base, "line": n, "time": None, "text": line})
+    return found

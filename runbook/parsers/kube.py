@@ -382,6 +382,17 @@ def _terminations(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
+def _lines_with(text: str, needle: str, source: str, limit: int = 20) -> list[dict[str, Any]]:
+    """Where `needle` sits in a file, as evidence (file, 1-based line, the line)."""
+    found: list[dict[str, Any]] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            found.append({"source": source, "line": n, "time": None, "text": line.strip()[:300]})
+            if len(found) >= limit:
+                break
+    return found
+
+
 @register("kube", "pod.json and node.json: containers, terminations, limits, shm, node memory")
 def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -408,6 +419,7 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
                 if v.medium == "Memory" and v.size_limit_bytes is None
             ]
             out["pod"]["terminations"] = _terminations(out["pod"])
+            out["pod"]["oom_evidence"] = _lines_with(pod_res.stdout, '"OOMKilled"', POD)
     else:
         out["pod"] = {
             "collected": False,
