@@ -25,13 +25,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from runbook import templating
+from runbook import verdict as typed
 from runbook.causal import causal_order
 from runbook.conductor import Conductor, Finding, Status
 from runbook.errors import TemplateError
 from runbook.report.secrets import redact_data
 from runbook.signatures import role_rank
 
-VERDICT_FORMAT = 1
+VERDICT_FORMAT = typed.FORMAT
 
 #: the order fixes are listed (and should be applied) in
 FIX_ORDER = (
@@ -412,37 +413,43 @@ def build_verdict(
             }
         )
 
-    def link(f: Finding) -> dict[str, Any]:
-        return {
-            "stage": f.stage,
-            "finding": f.text,
-            **({"cause": f.cause} if f.cause else {}),
-            "role": finding_role(f),
-            "evidence": [
-                {k: e[k] for k in ("source", "line", "time") if k in e} for e in f.evidence
-            ],
-        }
+    def link(f: Finding) -> typed.Finding:
+        return typed.Finding(
+            stage=f.stage,
+            finding=f.text,
+            cause=f.cause,
+            role=finding_role(f),
+            evidence=tuple(
+                typed.EvidenceRef(
+                    source=str(e.get("source") or f"stage:{f.stage}"),
+                    line=e.get("line") if isinstance(e.get("line"), int) else None,
+                    time=e.get("time") if isinstance(e.get("time"), str) else None,
+                )
+                for e in f.evidence
+            ),
+        )
 
-    verdict: dict[str, Any] = {
-        "format": VERDICT_FORMAT,
-        "node": node,
-        "runbook": runbook.id,
-        "target": target,
-        "root_cause": root_cause,
-        "confidence": confidence,
-        "surfaced_as": surfaced_as,
-        "first_anomaly": (
-            first_anomaly_of(ranked, cause_finding, local) if root_cause != "healthy" else None
+    first = first_anomaly_of(ranked, cause_finding, local) if root_cause != "healthy" else None
+    verdict = typed.Verdict(
+        node=node,
+        runbook=runbook.id,
+        target=target,
+        root_cause=root_cause,
+        confidence=confidence,
+        surfaced_as=surfaced_as,
+        first_anomaly=typed.EvidenceRef.from_json(first, "first_anomaly") if first else None,
+        chain=tuple(link(f) for f in chain),
+        also_seen=tuple(link(f) for f in also_seen),
+        ruled_out=tuple(typed.RuledOut(r["cause"], r["because"]) for r in ruled_out),
+        stages=tuple(
+            typed.StageSummary.from_json(stage_summary(conductor, s.id), s.id)
+            for s in runbook.stages
         ),
-        "chain": [link(f) for f in chain],
-        "also_seen": [link(f) for f in also_seen],
-        "ruled_out": ruled_out,
-        "stages": [stage_summary(conductor, s.id) for s in runbook.stages],
-        "proposals": proposals,
-        "timeline": build_timeline(conductor, local),
-    }
+        proposals=tuple(typed.Proposal.from_json(p, p["id"]) for p in proposals),
+        extra={"timeline": build_timeline(conductor, local)},
+    )
     # a credential a log line carried never reaches a verdict, a report or a sweep result
-    redacted: dict[str, Any] = redact_data(verdict)
+    redacted: dict[str, Any] = redact_data(verdict.to_json())
     return redacted
 
 
