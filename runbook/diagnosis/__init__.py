@@ -3,7 +3,7 @@
 Pure: takes the conductor, returns a JSON-ready dict. The named steps:
 
 - `finding_role`: a finding's causal role (its rule's `role:`, else its evidence's, else
-  `cause` when it names one, else `context`);
+  `cause` when it names one, else `local-error`);
 - `rank_findings`: the findings in causal order (`runbook.causal.causal_order`: timed
   evidence by time, untimed by role, then file and line);
 - `root_cause_of`: the cause of the first finding that blames one — a `context` finding (an
@@ -144,7 +144,9 @@ def finding_role(finding: Finding) -> str:
     roles = [str(e["role"]) for e in finding.evidence if isinstance(e.get("role"), str)]
     if roles:
         return min(roles, key=role_rank)
-    return "cause" if finding.cause else "context"
+    # a finding that names no cause is still an anomaly (a failed check, an error) unless its
+    # rule says it is context
+    return "cause" if finding.cause else "local-error"
 
 
 def _finding_position(finding: Finding) -> tuple[str, int]:
@@ -294,9 +296,12 @@ def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict
     return proposal
 
 
-def _read_something(walked: list[Any]) -> bool:
+def _read_something(walked: list[Any], runbook: Any) -> bool:
     """Evidence was read that a healthy verdict can stand on: something was ruled out, or a
-    collective test passed (a parser's `all_passed: true`)."""
+    collective test passed (a parser's `all_passed: true`). A runbook that rules nothing out
+    anywhere (a plain collection) stands on every stage having read its files."""
+    if not any(rule.rule_out for stage in runbook.stages for rule in stage.decide):
+        return bool(walked) and all(r.status is Status.OK for r in walked)
     return any(
         r.status is Status.OK
         and (
@@ -342,7 +347,7 @@ def build_verdict(
         weak = False
     elif cause:
         root_cause = cause
-    elif anomalies or errors or not _read_something(walked):
+    elif anomalies or errors or not _read_something(walked, runbook):
         root_cause = "inconclusive"
     else:
         # nothing wrong in what was read, and something was read; what could not be read

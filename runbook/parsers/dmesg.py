@@ -231,7 +231,7 @@ _STAT_LINE = re.compile(r"^(anon|file|shmem) (\d+)$")
 _STAT_OLD = {k: re.compile(rf"\b{k}:(\d+)KB") for k in ("rss", "cache", "shmem")}
 _KILLED = re.compile(
     r"^(?P<pfx>Memory cgroup out of memory: |Out of memory: |Out of memory \([^)]*\): )?"
-    r"Killed process (?P<pid>\d+) \((?P<comm>.*?)\)(?P<rest>.*)$"
+    r"Killed process (?P<pid>\d{1,9}) \((?P<comm>.*?)\)(?P<rest>.*)$"
 )
 _KILL_SACRIFICE = re.compile(
     r"^(?P<pfx>Memory cgroup out of memory|Out of memory(?: \([^)]*\))?): Kill process "
@@ -558,7 +558,8 @@ def parse_dmesg(
             oom.end = n
             continue
         m = _KILLED.match(msg)
-        if m and (m.group("pfx") or (oom is not None)):
+        # old kernels print a bare `Killed process N (comm) total-vm:…` (no `Out of memory:`)
+        if m and (m.group("pfx") or oom is not None or "total-vm:" in m.group("rest")):
             if oom is None:
                 oom = _Oom(ev)
             pfx = m.group("pfx") or ""

@@ -88,7 +88,7 @@ class Rule:
     finding: str | None = None  # template; a finding makes the stage an `anomaly`
     cause: str | None = None  # root-cause id this finding points to
     #: its causal role (runbook.signatures.ROLES); default: its evidence's, else `cause` when
-    #: it names one, else `context`. `context` findings are listed apart ("also seen")
+    #: it names one, else `local-error`. `context` findings are listed apart ("also seen")
     role: str | None = None
     evidence: str | None = None  # expression -> dict or list of {source, line, time, text}
     next: str | None = None  # a stage id, or END

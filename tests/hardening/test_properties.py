@@ -133,7 +133,7 @@ def file_names() -> list[str]:
 
 #: which bundle files each parser reads (from its registry summary and module constants)
 READS: dict[str, tuple[str, ...]] = {
-    "applog": ("app/*",),
+    "applog": ("app/*", "nccl/*", "nccl-tests/*",),
     "cgroup": ("cgroup/*",),
     "clock": ("clock.txt",),
     "dmesg": ("dmesg.txt", "clock.txt"),
@@ -171,7 +171,9 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
     "applog": {
         "*collected": (bool,), "ranks": (list,), "first_failed_rank": (int, N),
         "first_error": (dict, N), "surfaced": (dict, N), "silent_ranks": (list,),
-        "errors_by_category": (dict,),
+        "errors_by_category": (dict,), "by_cause": (dict,), "causes": (list,),
+        "killed": (list,), "peer_consequences": (list,), "context": (list,), "pids": (list,),
+        "app_collected": (bool,),
     },
     "cgroup": {
         "*collected": (bool,), "*present": (bool, N), "version": (int, N),
@@ -180,7 +182,7 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "anon_bytes": (int, N), "file_bytes": (int, N), "shmem_bytes": (int, N),
         "usage_at_limit": (bool,), "slack_bytes": (int, N), "under_oom": (bool, N),
         "events": (dict,), "stat": (dict,), "files": (list,), "unreadable": (list,),
-        "oom_killed": (bool,),
+        "oom_killed": (bool,), "evidence": (list,),
     },
     "clock": {
         "*collected": (bool,), "now_epoch": (*NUM, N), "now": (str, N), "uptime_s": (*NUM, N),
@@ -191,7 +193,9 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "page_alloc_failures": (list,), "pin_failures": (list,), "xids": (list,),
         "fallen_off_bus": (list,), "aer": (list,), "lines": (int,), "totals": (dict,),
         "time_format": (str, N), "boot_epoch": (*NUM, N), "fatal_aer": (list,),
-        "gpu_fault_xids": (list,), "drain_xids": (list,),
+        "gpu_fault_xids": (list,), "drain_xids": (list,), "catalog_hits": (list,),
+        "recognized": (bool,), "iommu_faults": (list,), "nvswitch_faults": (list,),
+        "unknown_xids": (list,),
     },
     "host": {"*collected": (bool,), "*meminfo": (dict,), "*shm": (dict,)},
     "journal": {

@@ -254,6 +254,8 @@ def test_findings_are_queued_for_approval_and_nothing_else_is(swept: Swept) -> N
         # sweep.json names the queued proposals of each host
         assert set(swept.host(name)["queued"]) == {p.id for p in proposals if p.node == name}
     for name in swept.of_kind("oom"):
-        assert "memory-limit" in by_node[name]
-        assert "node-drain" not in by_node[name]  # never a drain on a memory verdict
+        # nothing ties the OOM to a job (no pod, no --cgroup) and no peak was measured: a
+        # memory-limit would be advice with its inputs missing, never queued; never a drain
+        assert "memory-limit" not in by_node.get(name, set())
+        assert "node-drain" not in by_node.get(name, set())  # never a drain on a memory verdict
     assert not set(by_node) & set(swept.of_kind("healthy"))
