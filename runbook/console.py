@@ -95,10 +95,27 @@ def render_verdict(console: Console, verdict: Mapping[str, Any]) -> None:
     if verdict.get("chain"):
         console.print("  evidence chain:")
         for link in verdict["chain"]:
-            console.print(f"    ↓ [{escape(link['stage'])}] {escape(link['finding'])}")
+            console.print(f"    ↓ {escape('[' + link['stage'] + ']')} {escape(link['finding'])}")
+    if verdict.get("also_seen"):
+        console.print("  also seen (not part of the chain):")
+        for link in verdict["also_seen"]:
+            console.print(f"    · {escape('[' + link['stage'] + ']')} {escape(link['finding'])}")
     for out in verdict.get("ruled_out", []):
         console.print(f"  ruled out {out['cause']}: {escape(out['because'])}")
+    for stage in verdict.get("stages", []):
+        # a stage whose parser or rule failed, or whose files were not understood, says so
+        for error in stage.get("errors") or []:
+            console.print(f"  [magenta]stage {escape(stage['id'])} error:[/] {escape(str(error))}")
+        if stage.get("status") == "unrecognized-format":
+            console.print(
+                f"  [yellow]stage {escape(stage['id'])}:[/] its files were read but no line was "
+                "understood (unrecognized format): nothing is ruled out from them"
+            )
     for proposal in verdict.get("proposals", []):
+        if proposal.get("missing"):
+            gate = "advice; missing: " + "; ".join(str(m) for m in proposal["missing"])
+            console.print(f"  proposal [bold]{proposal['kind']}[/] ({escape(gate)})")
+            continue
         gate = "needs approval" if proposal.get("requires_approval") else "no change"
         console.print(
             f"  proposal [bold]{proposal['kind']}[/] ({gate}): {escape(proposal['summary'])}"

@@ -117,6 +117,9 @@ def render(verdict: Mapping[str, Any]) -> str:
             lines.append(f"| {entry['time']} | {where} | {mark}{_cell(entry['text'])[:160]} |")
         if len(timeline) > len(shown):
             lines.append(f"\n({len(timeline) - len(shown)} more entries in the JSON verdict.)")
+    if verdict.get("also_seen"):
+        lines += ["", "## Also seen (not part of the chain)", ""]
+        lines += [f"- {link['finding']}" for link in verdict["also_seen"]]
     if verdict.get("ruled_out"):
         lines += ["", "## Ruled out", ""]
         lines += [f"- **{o['cause']}**: {o['because']}" for o in verdict["ruled_out"]]

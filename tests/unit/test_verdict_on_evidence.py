@@ -1,0 +1,99 @@
+"""What the verdict may conclude from what was (and was not) read: attribution of OOMs without a
+pod, healthy against inconclusive, parser failures that stay visible."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from runbook.cli import cli
+from runbook.parsers import registry
+
+BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+
+
+def analyze(bundle: Path, *extra: str) -> dict[str, Any]:
+    result = CliRunner().invoke(
+        cli, ["analyze", str(bundle), "--format", "json", *extra], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    data: dict[str, Any] = json.loads(result.stdout)
+    return data
+
+
+def copy_without(tmp_path: Path, name: str, *drop: str) -> Path:
+    dest = tmp_path / name
+    shutil.copytree(BUNDLES / name, dest)
+    for item in drop:
+        (dest / item).unlink()
+    (dest / "expected.yaml").unlink()
+    return dest
+
+
+def test_a_neighbours_oom_without_pod_json_is_also_seen_never_the_verdict(tmp_path: Path) -> None:
+    # the same node with the pod unknown (plain SSH, no kubeconfig): only the app log and the
+    # kernel log remain; the OOM killed stress-ng in a cgroup nothing ties to the job
+    bundle = copy_without(tmp_path, "oom-other-cgroup", "pod.json")
+    v = analyze(bundle)
+    assert v["root_cause"] == "network-socket", v["chain"]
+    also = "\n".join(a["finding"] for a in v["also_seen"])
+    assert "stress-ng" in also and "nothing ties" in also
+    assert not [c for c in v["chain"] if c.get("cause") == "host-memory-oom"]
+    assert "memory-limit" not in {p["kind"] for p in v["proposals"]}
+
+
+def test_an_unattributed_oom_alone_is_low_confidence(tmp_path: Path) -> None:
+    bundle = copy_without(tmp_path, "oom-other-cgroup", "pod.json")
+    for log in (bundle / "app").iterdir():
+        log.write_text("training step 1\n")
+    v = analyze(bundle)
+    assert (v["root_cause"], v["confidence"]) == ("host-memory-oom", "low")
+
+
+@pytest.mark.parametrize("unrelated", ["lspci.txt", "journal-containerd.txt", "meminfo.txt"])
+def test_healthy_does_not_flip_on_an_unrelated_file(tmp_path: Path, unrelated: str) -> None:
+    if not (BUNDLES / "healthy" / unrelated).exists():
+        pytest.fail(f"the healthy bundle lost {unrelated}: pick another unrelated file")
+    full = analyze(BUNDLES / "healthy")
+    bundle = copy_without(tmp_path, "healthy", unrelated)
+    assert full["root_cause"] == "healthy"
+    assert analyze(bundle)["root_cause"] == "healthy"
+
+
+def test_nothing_read_is_inconclusive_not_healthy(tmp_path: Path) -> None:
+    bundle = tmp_path / "empty"
+    bundle.mkdir()
+    (bundle / "bundle.yaml").write_text(
+        "format: 1\nnode: n1\ncollected_at: '2025-03-04T10:00:00+00:00'\n"
+    )
+    v = analyze(bundle)
+    assert v["root_cause"] == "inconclusive" and v["first_anomaly"] is None
+    assert any(p["kind"] == "collect-more" for p in v["proposals"])
+
+
+def test_a_failing_parser_is_reported_in_every_format_and_the_rest_is_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(files: Any, context: Any) -> dict[str, Any]:
+        raise ValueError("invalid literal for int() with base 10")
+
+    entry = registry.get("host")
+    monkeypatch.setitem(registry._REGISTRY, "host", registry.ParserEntry("host", broken, ""))
+    try:
+        v = analyze(BUNDLES / "shm-exhausted")
+        stage = next(s for s in v["stages"] if s["id"] == "shm-p2p")
+        assert stage["status"] in ("error", "anomaly")
+        assert any("parser host failed" in e for e in stage["errors"])
+        assert stage["facts"]["nccl_log"]["collected"]  # the stage's other parser still read
+        for fmt in ("text", "markdown"):
+            out = CliRunner().invoke(
+                cli, ["analyze", str(BUNDLES / "shm-exhausted"), "--format", fmt]
+            ).output
+            assert "parser host failed" in out, fmt
+    finally:
+        registry._REGISTRY["host"] = entry
