@@ -249,8 +249,13 @@ class Conductor:
             record.facts["derived"] = {i.name: derived[i.name] for i in stage.derive}
         route: str | None = None
         concluded: str | None = None
+        chain_matched = False
         for index, rule in enumerate(stage.decide):
             label = f"rule {index + 1}"
+            if not rule.otherwise:
+                chain_matched = False
+            elif chain_matched:
+                continue  # an `else` of a rule that matched
             if rule.when is not None:
                 try:
                     matched = bool(templating.evaluate(rule.when, ctx))
@@ -260,6 +265,7 @@ class Conductor:
                 if not matched:
                     continue
                 label += f" ({rule.when})"
+            chain_matched = True
             if rule.finding is not None:
                 record.findings.append(self._finding(stage_id, index, rule, ctx, record))
             for out in rule.rule_out:
@@ -275,6 +281,8 @@ class Conductor:
                 break
             if rule.next is not None:
                 route, record.reason = rule.next, f"{label} routes to {rule.next}"
+                break
+            if stage.match == "first":
                 break
         record.status = _status_of(record, results)
         if record.status is Status.OK and _unrecognized(record.facts):

@@ -12,6 +12,7 @@ Kinds without a playbook (`reduce-loader-memory`, `collect-more`) are advice: sh
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -275,6 +276,21 @@ def _workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
     return extravars
 
 
+_PLAYBOOK_NAME = re.compile(r"^[A-Za-z0-9][\w.-]{0,100}\.ya?ml$")
+
+
+def _playbook(proposal: Mapping[str, Any], default: str) -> str:
+    """The playbook the runbook's remedy names (`playbook:`), so what the runbook says is what
+    runs; its kind's own playbook when it names none. A name that is not a plain file name
+    under playbooks/ is refused (run_playbook then also checks the file exists)."""
+    name = proposal.get("playbook")
+    if name in (None, ""):
+        return default
+    if not isinstance(name, str) or not _PLAYBOOK_NAME.match(name):
+        raise PlanError(f"playbook {name!r} is not a file name under playbooks/")
+    return name
+
+
 def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
     """The plan for one of a verdict's proposals; PlanError says why there can be none."""
     kind = str(proposal.get("kind"))
@@ -287,7 +303,7 @@ def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         gpus = int(_number(params, "gpus", "the GPU count"))
         out = ctx.work_dir / "ab"
         return Plan(
-            playbook="nccl-ib-disable-ab.yml",
+            playbook=_playbook(proposal, "nccl-ib-disable-ab.yml"),
             inventory=node_inventory(ctx.node, ctx.target),
             extravars={"nccl_ab_gpus": gpus, "nccl_ab_output_dir": str(out)},
             describe=(
@@ -305,7 +321,7 @@ def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         path, manifest = _manifest(ctx)
         patch = workload.shm_size_patch(manifest, size)
         return Plan(
-            playbook="shm-size-limit.yml",
+            playbook=_playbook(proposal, "shm-size-limit.yml"),
             inventory=_localhost(),
             extravars=_workload_vars(ctx, path, patch),
             sources=_sources(ctx, path),
@@ -322,7 +338,7 @@ def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
             manifest, request_bytes=result.request_bytes, limit_bytes=result.limit_bytes
         )
         return Plan(
-            playbook="memory-limit.yml",
+            playbook=_playbook(proposal, "memory-limit.yml"),
             inventory=_localhost(),
             extravars=_workload_vars(ctx, path, patch),
             sources=_sources(ctx, path),
@@ -350,7 +366,7 @@ def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         if ctx.kube_context:
             extravars["node_drain_context"] = ctx.kube_context
         return Plan(
-            playbook="node-drain.yml",
+            playbook=_playbook(proposal, "node-drain.yml"),
             inventory=_localhost(),
             extravars=extravars,
             describe=(

@@ -49,10 +49,14 @@ _RESERVED_VARS = ("facts", "vars", "results")
 
 RUNBOOK_KEYS = ("id", "title", "description", "vars", "surfaced_as", "stages", "remedies")
 STAGE_KEYS = (
-    "id", "title", "description", "timeout", "when", "collect", "parse", "derive", "decide",
+    "id", "title", "description", "timeout", "when", "collect", "parse", "derive", "match",
+    "decide",
 )  # fmt: skip
+#: how a stage's rules are matched: every rule whose `when` holds, or only the first
+MATCH_MODES = ("all", "first")
 RULE_KEYS = (
-    "when", "finding", "cause", "role", "evidence", "next", "conclude", "propose", "rule_out",
+    "when", "else", "finding", "cause", "role", "evidence", "next", "conclude", "propose",
+    "rule_out",
 )  # fmt: skip
 RULE_OUT_KEYS = ("cause", "because")
 REMEDY_KEYS = ("id", "kind", "title", "summary", "playbook", "params")
@@ -465,8 +469,43 @@ class _Builder:
             when=self.text(data, "when", path),
             timeout=self.timeout(data, path),
             description=self.text(data, "description", path) or "",
+            match=self.match(data, path),
             line=data.line,
         )
+
+    def flag(self, data: LineMap, key: str, path: str) -> bool:
+        value = data.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            self.issues.append(
+                Issue(
+                    "syntax",
+                    key_path(path, key),
+                    data.value_lines[key],
+                    f"must be true or false, not {_describe(value)}",
+                    file=self.file,
+                )
+            )
+            return False
+        return value
+
+    def match(self, data: LineMap, path: str) -> str:
+        value = data.get("match")
+        if value is None:
+            return "all"
+        if value not in MATCH_MODES:
+            self.issues.append(
+                Issue(
+                    "syntax",
+                    key_path(path, "match"),
+                    data.value_lines["match"],
+                    f"must be one of {', '.join(MATCH_MODES)}, not {_describe(value)}",
+                    file=self.file,
+                )
+            )
+            return "all"
+        return str(value)
 
     def bundle_name(self, name: str, path: str, line: int) -> bool:
         try:
@@ -500,6 +539,7 @@ class _Builder:
             finding=self.text(data, "finding", path),
             cause=self.text(data, "cause", path),
             role=self.text(data, "role", path),
+            otherwise=self.flag(data, "else", path),
             evidence=self.text(data, "evidence", path),
             next=self.text(data, "next", path),
             conclude=self.text(data, "conclude", path),

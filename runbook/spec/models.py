@@ -87,6 +87,9 @@ class Rule:
     when: str | None = None
     finding: str | None = None  # template; a finding makes the stage an `anomaly`
     cause: str | None = None  # root-cause id this finding points to
+    #: `else: true`: the rule is considered only when none of the rules of its chain (the rules
+    #: just above it back to the first without `else`) matched: if / elif / else
+    otherwise: bool = False
     #: its causal role (runbook.signatures.ROLES); default: its evidence's, else `cause` when
     #: it names one, else `local-error`. `context` findings are listed apart ("also seen")
     role: str | None = None
@@ -126,6 +129,9 @@ class Stage:
     when: str | None = None
     timeout: float = DEFAULT_TIMEOUT
     description: str = ""
+    #: `all`: every rule whose `when` holds records its finding; `first`: only the first one
+    #: does (a later rule is the `else` of the earlier ones: no pasted negations)
+    match: str = "all"
     line: int = 0
 
 

@@ -170,3 +170,37 @@ def test_derived_facts_are_computed_before_the_rules_and_seen_by_later_stages() 
     assert conductor.records["a"].facts["derived"] == {"big": True, "bigger": True}
     conductor.record("b", {}, {})
     assert [f.text for f in conductor.records["b"].findings] == ["bigger"]
+
+
+def test_an_else_rule_is_considered_only_when_its_chain_did_not_match() -> None:
+    from runbook.conductor import Conductor
+    from runbook.spec.loader import load_text
+
+    rb = load_text(
+        "id: t\nstages:\n  - id: s\n    decide:\n"
+        "      - when: vars_a\n        finding: first\n"
+        "      - else: true\n        when: vars_b\n        finding: second\n"
+        "      - else: true\n        finding: otherwise\n"
+        "      - finding: independent\n"
+    )
+    for a, b, want in [
+        (True, True, ["first", "independent"]),
+        (False, True, ["second", "independent"]),
+        (False, False, ["otherwise", "independent"]),
+    ]:
+        c = Conductor(rb, {"vars_a": a, "vars_b": b})
+        record = c.record("s", {}, {})
+        assert [f.text for f in record.findings] == want, (a, b)
+
+
+def test_match_first_records_only_the_first_matching_rule() -> None:
+    from runbook.conductor import Conductor
+    from runbook.spec.loader import load_text
+
+    rb = load_text(
+        "id: t\nstages:\n  - id: s\n    match: first\n    decide:\n"
+        "      - when: 'false'\n        finding: skipped\n"
+        "      - finding: matched\n      - finding: never\n"
+    )
+    record = Conductor(rb).record("s", {}, {})
+    assert [f.text for f in record.findings] == ["matched"]

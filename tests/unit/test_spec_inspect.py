@@ -116,8 +116,8 @@ def test_an_unknown_key_with_no_close_match_lists_the_known_keys() -> None:
     issue = one("id: x\nstages:\n  - id: a\n    colour: blue\n")
 
     assert issue.message == (
-        "unknown key 'colour' (expected one of: collect, decide, derive, description, id, parse, "
-        "timeout, title, when)"
+        "unknown key 'colour' (expected one of: collect, decide, derive, description, id, match, "
+        "parse, timeout, title, when)"
     )
 
 
