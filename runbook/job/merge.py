@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from runbook.causal import causal_order
 from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT, parse_time
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
@@ -41,7 +42,9 @@ def stage_facts(verdict: Mapping[str, Any] | None, parser: str) -> dict[str, Any
     return {}
 
 
-def _iso(moment: dt.datetime) -> str:
+def _iso(moment: dt.datetime | None) -> str | None:
+    if moment is None:
+        return None
     return moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
@@ -70,27 +73,50 @@ class NodeClock:
         return None if raw is None else raw - dt.timedelta(seconds=self.offset)
 
 
+#: chain links of these roles never start the job's chain (they blame nothing themselves)
+_NOT_BLAMING = ("peer-consequence", "surfaced", "context", "benign")
+
+
+def causal(anomalies: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Anomalies across nodes in causal order (runbook.causal.causal_order, the node verdict's
+    own ranking): corrected times first by time, untimed ones by role, node, file and line."""
+    return causal_order(
+        anomalies,
+        time_of=lambda a: a["when"],
+        role_of=lambda a: a.get("role") or "cause",
+        position_of=lambda a: (
+            f"{a['node']}:{a['evidence'].get('source') or ''}",
+            a["evidence"].get("line") if isinstance(a["evidence"].get("line"), int) else 1 << 62,
+        ),
+    )
+
+
 def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any]]:
-    """The node's findings that name a cause, each at its earliest corrected evidence time."""
+    """The node's findings that blame a cause, each at its earliest corrected evidence time
+    (None when its evidence has no time), in causal order."""
     out = []
     for link in (result.verdict or {}).get("chain") or []:
-        if not link.get("cause"):
+        if not link.get("cause") or link.get("role") in _NOT_BLAMING:
             continue
-        timed = [(t, e) for e in link.get("evidence") or [] if (t := clock.corrected(e))]
-        if not timed:
-            continue
-        when, evidence = min(timed, key=lambda x: x[0])
+        evidence_list = link.get("evidence") or []
+        timed = [(t, e) for e in evidence_list if (t := clock.corrected(e))]
+        when: dt.datetime | None
+        if timed:
+            when, evidence = min(timed, key=lambda x: x[0])
+        else:
+            when, evidence = None, (evidence_list[0] if evidence_list else {})
         out.append(
             {
                 "node": result.host,
                 "cause": link["cause"],
                 "finding": link["finding"],
                 "stage": link.get("stage"),
+                "role": link.get("role") or "cause",
                 "when": when,
                 "evidence": evidence,
             }
         )
-    return sorted(out, key=lambda a: a["when"])
+    return causal(out)
 
 
 def _text_of(result: HostResult, evidence: Mapping[str, Any]) -> str:
@@ -156,8 +182,8 @@ def _surfaced(results: Sequence[HostResult], clocks: Mapping[str, NodeClock]) ->
     return best
 
 
-def _span_s(moments: Iterable[dt.datetime]) -> float:
-    ordered = sorted(moments)
+def _span_s(moments: Iterable[dt.datetime | None]) -> float:
+    ordered = sorted(m for m in moments if m is not None)
     return (ordered[-1] - ordered[0]).total_seconds() if ordered else 0.0
 
 
@@ -373,8 +399,8 @@ def statement(
     who = _who(first, table)
     if who.startswith("rank "):
         what = "was OOM-killed" if first["cause"] == "host-memory-oom" else what
-    line = f"{who} {what} at {_iso(first['when'])}"
-    if surfaced.get("when") and surfaced["when"] >= first["when"]:
+    line = f"{who} {what} at {_iso(first['when']) or 'an untimed moment'}"
+    if surfaced.get("when") and first["when"] and surfaced["when"] >= first["when"]:
         gap = (surfaced["when"] - first["when"]).total_seconds()
         reporter = (
             f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
@@ -393,7 +419,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         anomalies = _cause_anomalies(result, clocks[result.host])
         if anomalies:
             firsts[result.host] = anomalies[0]
-    ordered = sorted(firsts.values(), key=lambda a: (a["when"], a["node"]))
+    ordered = causal(firsts.values())
     uncertainty = max((c.uncertainty for c in clocks.values()), default=0.0)
     shared = shared_cause(firsts, len(swept), uncertainty)
     table = rank_table(spec, results, clocks)
@@ -423,7 +449,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         if first and not unreached and all(c.measured for c in clocks.values())
         else ("medium" if first or root_cause == "healthy" else "low")
     )
-    if first and len(ordered) > 1:
+    if first and len(ordered) > 1 and first["when"] and ordered[1]["when"]:
         margin = (ordered[1]["when"] - first["when"]).total_seconds()
         if margin < 2 * uncertainty and ordered[1]["node"] != first["node"]:
             confidence = "medium"  # the two earliest are closer than the clocks are known

@@ -310,3 +310,45 @@ def test_live_processes_give_the_per_rank_cost_with_its_workers() -> None:
     assert row["per_rank_bytes"] == 3 << 30 and row["workers_per_rank"] == 4
     assert row["worker_bytes"] == 512 << 20 and row["method"].startswith("processes")
     assert memory["estimate_bytes"] == (3 << 30) * 2
+
+
+def _with_link(verdict: dict[str, Any], link: dict[str, Any]) -> dict[str, Any]:
+    verdict["chain"].append(link)
+    return verdict
+
+
+def test_the_job_merge_ranks_untimed_node_evidence_with_the_node_verdicts_own_order() -> None:
+    """node-1's only blame is an untimed CUDA OOM a rank printed (no timestamps in its log);
+    node-2 lost its peer at a known time, which blames nothing: the job's first anomaly is
+    node-1's OOM, not dropped for want of a time (the same causal order as a node verdict)."""
+    spec = spec_of(("node-1", (0,)), ("node-2", (1,)))
+    oom = {
+        "stage": "app-error", "finding": "rank 0 ran out of GPU memory", "cause": "gpu-memory-oom",
+        "role": "local-error", "evidence": [{"source": "app/rank-0.log", "line": 12}],
+    }  # fmt: skip
+    lost = {
+        "stage": "app-error", "finding": "rank 1 lost its peer", "role": "peer-consequence",
+        "cause": "network-socket",
+        "evidence": [{"source": "app/rank-1.log", "line": 3, "time": at(5.0)}],
+    }  # fmt: skip
+    results = [
+        result("node-1", _with_link(node_verdict("node-1"), oom)),
+        result("node-2", _with_link(node_verdict("node-2"), lost)),
+    ]
+    verdict = merge_job(spec, results)
+    assert verdict["root_cause"] == "gpu-memory-oom", verdict["chain"]
+    assert verdict["first_anomaly"]["node"] == "node-1"
+    assert verdict["first_anomaly"]["time"] is None
+
+
+def test_a_timed_cause_on_one_node_goes_before_an_untimed_one_on_another() -> None:
+    spec = spec_of(("node-1", (0,)), ("node-2", (1,)))
+    untimed = {
+        "stage": "app-error", "finding": "rank 0 could not get /dev/shm", "cause": "shm-exhausted",
+        "role": "local-error", "evidence": [{"source": "app/rank-0.log", "line": 2}],
+    }  # fmt: skip
+    results = [
+        result("node-1", _with_link(node_verdict("node-1"), untimed)),
+        result("node-2", node_verdict("node-2", cause="gpu-hardware", cause_at=9.0)),
+    ]
+    assert merge_job(spec, results)["root_cause"] == "gpu-hardware"
