@@ -407,7 +407,7 @@ def summarise(ranks: Iterable[RankLog]) -> AppLogFacts:
 def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     logs = [(k, v) for prefix in PREFIXES for k, v in files_under(files, prefix) if is_collected(v)]
     if not logs:
-        return {"collected": False}
+        return {"collected": False, "app_collected": False}
     raw = context.get("collected_at")
     collected_at = raw if isinstance(raw, str) and context_ref(context).year else None
     ranks: list[RankLog] = []

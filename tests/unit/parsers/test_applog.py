@@ -125,7 +125,7 @@ def test_rank_from_file_name(name: str, rank: int | None) -> None:
 
 
 def test_no_app_logs_is_not_collected() -> None:
-    assert registry.get("applog").func({}, {}) == {"collected": False}
+    assert registry.get("applog").func({}, {}) == {"collected": False, "app_collected": False}
 
 
 @settings(max_examples=150, deadline=None)
