@@ -102,11 +102,15 @@ def _entry(raw: Any, index: int) -> Signature:
         or not all(isinstance(p, str) and p for p in patterns)
     ):
         raise CatalogError(f"{where}: patterns must be a non-empty list of strings")
-    for p in patterns:
-        try:
-            re.compile(p)
-        except re.error as exc:
-            raise CatalogError(f"{where}: pattern {p!r}: {exc}") from None
+    try:
+        re.compile("|".join(f"(?:{p})" for p in patterns))
+    except re.error:
+        for p in patterns:  # name the pattern at fault
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise CatalogError(f"{where}: pattern {p!r}: {exc}") from None
+        raise CatalogError(f"{where}: its patterns do not combine") from None
     return Signature(
         id=sig_id,
         cls=cls,
@@ -140,7 +144,8 @@ def build(data: Any) -> Catalog:
 def catalog() -> Catalog:
     """The shipped catalog (read once per process)."""
     text = resources.files("runbook").joinpath("data/signatures.yaml").read_text()
-    return build(yaml.safe_load(text))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return build(yaml.load(text, Loader=loader))  # noqa: S506 (a safe loader)
 
 
 def role_rank(role: str | None) -> int:

@@ -24,6 +24,7 @@ JSON-shaped data; a mapping key that names a credential has its whole value reda
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -257,6 +258,22 @@ def redact(text: str) -> str:
     """`text` with every credential replaced by `<REDACTED>`; pure, total, idempotent."""
     if not text:
         return text
+    if len(text) <= _CACHED_CHARS:
+        # verdicts repeat the same short strings (keys, sources, stage ids) thousands of times
+        return _redact_short(text)
+    return _redact(text)
+
+
+#: strings up to this long are redacted once per process (redact is pure)
+_CACHED_CHARS = 320
+
+
+@functools.lru_cache(maxsize=8192)
+def _redact_short(text: str) -> str:
+    return _redact(text)
+
+
+def _redact(text: str) -> str:
     if "PRIVATE KEY" in text:
         text = _key_lines(text)
     lower = _lower(text)
