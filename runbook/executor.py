@@ -194,6 +194,11 @@ def _parse(
         except Exception as exc:  # a parser bug is a stage error, never a crash of the run
             log.debug("parser %s failed", name, exc_info=True)
             errors.append(f"parser {name} failed: {type(exc).__name__}: {exc}")
+            continue
+        # lines a parser skipped (and said so) are the stage's errors too
+        skipped = facts[name].get("parse_errors") if isinstance(facts[name], dict) else None
+        if isinstance(skipped, list):
+            errors.extend(f"parser {name}: {message}" for message in skipped[:20])
     return facts, errors
 
 

@@ -110,6 +110,9 @@ class RankLog:
     #: context lines (e.g. `NET/IB : No device found`): reported, not errors
     context: tuple[AppError, ...] = ()
     pids: tuple[int, ...] = ()
+    #: lines of this file that could not be read (a parser bug on hostile input): counted and
+    #: skipped so the rest of the file is still read
+    unreadable_lines: int = 0
 
 
 _PID = re.compile(r"\bpid[\s=:]+(\d{1,9})\b", re.IGNORECASE)
@@ -253,88 +256,94 @@ def parse_applog(
     ref = TimeRef(collected_at)
     ranks: dict[int | None, _Rank] = {}
     last_time: str | None = None
+    bad_lines = 0
     for n, raw in enumerate(lines, 1):
-        head = raw.rstrip()
-        stripped_line = prefixes.strip(head[:8192])
-        line = stripped_line.text
-        r = stripped_line.rank if stripped_line.rank is not None else rank
-        state = ranks.get(r)
-        if state is None:
-            state = ranks[r] = _Rank(r)
-        state.lines += 1
-        stripped = line.strip()
-        if not stripped:
-            continue
-        t = find_time(line, ref) or stripped_line.time
-        if t is not None:
-            last_time = t
-            state.last_time = t
-            if state.first_time is None:
-                state.first_time = t
-        pid_here = stripped_line.pid
-        if len(state.pids) < PIDS_MAX:
-            if pid_here is not None:
-                state.pids.add(pid_here)
-            for pm2 in _ANY_PID.finditer(line[:400]):
-                state.pids.add(int(pm2.group(1) or pm2.group(2)))
-        if state.pid is None:
-            if pid_here is not None:
-                state.pid = pid_here
-            elif "pid" in line[:400].lower():
-                pm = _PID.search(line[:400])
-                if pm:
-                    state.pid = int(pm.group(1))
-        if (
-            stripped.startswith(_TRACEBACK)
-            or stripped.startswith("During handling of")
-            or stripped.startswith("The above exception was the direct cause")
-        ):
-            state.in_traceback = True
-            continue
-        if state.in_traceback:
-            if line[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
-                continue  # a frame or the source line of one
-            state.in_traceback = False
-        sig = signature_of(stripped)
-        if "NCCL INFO" in line:
-            state.nccl_seen = True
-            if sig is None or not sig.info:
+        try:
+            head = raw.rstrip()
+            stripped_line = prefixes.strip(head[:8192])
+            line = stripped_line.text
+            r = stripped_line.rank if stripped_line.rank is not None else rank
+            state = ranks.get(r)
+            if state is None:
+                state = ranks[r] = _Rank(r)
+            state.lines += 1
+            stripped = line.strip()
+            if not stripped:
                 continue
-        if sig is None:
-            if not _ERRORISH.search(stripped[:400]):
+            t = find_time(line, ref) or stripped_line.time
+            if t is not None:
+                last_time = t
+                state.last_time = t
+                if state.first_time is None:
+                    state.first_time = t
+            pid_here = stripped_line.pid
+            if len(state.pids) < PIDS_MAX:
+                if pid_here is not None:
+                    state.pids.add(pid_here)
+                for pm2 in _ANY_PID.finditer(line[:400]):
+                    state.pids.add(int(pm2.group(1) or pm2.group(2)))
+            if state.pid is None:
+                if pid_here is not None:
+                    state.pid = pid_here
+                elif "pid" in line[:400].lower():
+                    pm = _PID.search(line[:400])
+                    if pm:
+                        state.pid = int(pm.group(1))
+            if (
+                stripped.startswith(_TRACEBACK)
+                or stripped.startswith("During handling of")
+                or stripped.startswith("The above exception was the direct cause")
+            ):
+                state.in_traceback = True
                 continue
-            sig_id, role, cause, category = (
-                "generic-error",
-                "local-error",
-                None,
-                "application-exception",
+            if state.in_traceback:
+                if line[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
+                    continue  # a frame or the source line of one
+                state.in_traceback = False
+            sig = signature_of(stripped)
+            if "NCCL INFO" in line:
+                state.nccl_seen = True
+                if sig is None or not sig.info:
+                    continue
+            if sig is None:
+                if not _ERRORISH.search(stripped[:400]):
+                    continue
+                sig_id, role, cause, category = (
+                    "generic-error",
+                    "local-error",
+                    None,
+                    "application-exception",
+                )
+            else:
+                if sig.role == "benign":
+                    continue
+                sig_id, role, cause = sig.id, sig.role, sig.cause
+                category = CATEGORY.get(sig.id, sig.id)
+            em = _EXC.match(stripped)
+            err = AppError(
+                source=source,
+                line=n,
+                time=t if t is not None else last_time,
+                text=clip(head),
+                rank=r,
+                category=category,
+                signature=sig_id,
+                role=role,
+                cause=cause,
+                exception=em.group("name") if em else _inline_exc(stripped),
+                time_inferred=t is None and last_time is not None,
+                who=_who(r, stripped_line.host, pid_here, source),
+                host=stripped_line.host,
+                pid=pid_here,
             )
-        else:
-            if sig.role == "benign":
-                continue
-            sig_id, role, cause = sig.id, sig.role, sig.cause
-            category = CATEGORY.get(sig.id, sig.id)
-        em = _EXC.match(stripped)
-        err = AppError(
-            source=source,
-            line=n,
-            time=t if t is not None else last_time,
-            text=clip(head),
-            rank=r,
-            category=category,
-            signature=sig_id,
-            role=role,
-            cause=cause,
-            exception=em.group("name") if em else _inline_exc(stripped),
-            time_inferred=t is None and last_time is not None,
-            who=_who(r, stripped_line.host, pid_here, source),
-            host=stripped_line.host,
-            pid=pid_here,
-        )
-        if role in ERROR_ROLES:
-            state.add(err)
-        elif len(state.context) < 50:
-            state.context.append(err)
+            if role in ERROR_ROLES:
+                state.add(err)
+            elif len(state.context) < 50:
+                state.context.append(err)
+        except Exception:
+            bad_lines += 1
+            continue
+
     return tuple(
         RankLog(
             rank=s.rank,
@@ -351,6 +360,7 @@ def parse_applog(
             errors=tuple(s.errors),
             context=tuple(s.context),
             pids=tuple(sorted(s.pids)),
+            unreadable_lines=bad_lines,
         )
         for s in ranks.values()
         if s.lines
@@ -427,10 +437,18 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         r.pop("errors", None)
         r.pop("context", None)
         r.pop("pids", None)
+        r.pop("unreadable_lines", None)
     out["collected"] = True
     out["app_collected"] = any(k.startswith("app/") for k, _ in logs)
     out["errors_by_category"] = _merge(r.categories for r in facts.ranks)
     out["causes"] = sorted(facts.by_cause)
+    unreadable = {r.source: r.unreadable_lines for r in facts.ranks if r.unreadable_lines}
+    if unreadable:
+        # reported as the stage's errors in every output format (executor._parse)
+        out["parse_errors"] = [
+            f"{source}: {n} line(s) could not be read and were skipped"
+            for source, n in sorted(unreadable.items())
+        ]
     return out
 
 

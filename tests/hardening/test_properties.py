@@ -173,7 +173,7 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "first_error": (dict, N), "surfaced": (dict, N), "silent_ranks": (list,),
         "errors_by_category": (dict,), "by_cause": (dict,), "causes": (list,),
         "killed": (list,), "peer_consequences": (list,), "context": (list,), "pids": (list,),
-        "*app_collected": (bool,),
+        "*app_collected": (bool,), "parse_errors": (list,),
     },
     "cgroup": {
         "*collected": (bool,), "*present": (bool, N), "version": (int, N),

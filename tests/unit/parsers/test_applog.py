@@ -161,3 +161,22 @@ def test_a_line_of_any_length_under_any_prefix_depth_never_raises(
     lines = ["[rank1]:" * depth + b for b in bodies]
     facts = summarise(parse_applog(lines, source="app/x.log"))
     assert all(isinstance(r.error_count, int) for r in facts.ranks)
+
+
+def test_a_line_the_parser_chokes_on_is_counted_and_the_rest_of_the_file_still_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runbook.parsers import applog
+
+    real = applog.signature_of
+
+    def choke(message: str) -> Any:
+        if "poison" in message:
+            raise ValueError("a parser bug")
+        return real(message)
+
+    monkeypatch.setattr(applog, "signature_of", choke)
+    files = {"app/rank-1.log": result("app/rank-1.log", "poison\nValueError: bad config\n")}
+    facts = roundtrip(registry.get("applog").func(files, CTX))
+    assert facts["first_error"]["exception"] == "ValueError"
+    assert facts["parse_errors"] == ["app/rank-1.log: 1 line(s) could not be read and were skipped"]
