@@ -25,6 +25,7 @@ from runbook.report import markdown
 from runbook.report.sanitize import Sanitizer, observe_order
 from runbook.report.secrets import redact, redact_data
 from runbook.transports.base import CommandResult
+from runbook.verdict import Verdict, VerdictError
 
 SANITIZED_NOTE = (
     "_Sanitized: node, pod, namespace, job, image, address, UUID, bus and container "
@@ -203,8 +204,11 @@ def build_report(
             verdict = json.loads((path / "verdict.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BundleError(f"{path / 'verdict.json'}: unreadable verdict: {exc}") from None
-        if not isinstance(verdict, dict) or "root_cause" not in verdict:
-            raise BundleError(f"{path / 'verdict.json'}: not a verdict")
+        try:
+            # the typed verdict says which field of a hand-edited or damaged file is wrong
+            Verdict.from_json(verdict)
+        except VerdictError as exc:
+            raise BundleError(f"{path / 'verdict.json'}: not a verdict: {exc.one_line()}") from None
         bundle_path = path / "bundle"
     else:
         verdict = _analyse(path, runbook_ref, dict(variables or {}))

@@ -60,3 +60,26 @@ def test_fields_a_newer_writer_adds_are_kept() -> None:
     data = copy.deepcopy(verdict("healthy"))
     data["a_field_from_the_future"] = {"x": 1}
     assert Verdict.from_json(data).to_json()["a_field_from_the_future"] == {"x": 1}
+
+
+def test_report_on_a_damaged_verdict_json_says_which_field_in_one_line(tmp_path: Any) -> None:
+    import json
+    import shutil
+
+    from .test_bundle_corpus import BUNDLES
+
+    run = tmp_path / "run"
+    shutil.copytree(BUNDLES / "healthy", run / "bundle")
+    data = copy.deepcopy(verdict("healthy"))
+    data["confidence"] = "certain"
+    (run / "verdict.json").write_text(json.dumps(data))
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "runbook", "report", str(run)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "verdict.confidence" in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
