@@ -442,6 +442,13 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out["app_collected"] = any(k.startswith("app/") for k, _ in logs)
     out["errors_by_category"] = _merge(r.categories for r in facts.ranks)
     out["causes"] = sorted(facts.by_cause)
+    # a silent rank's evidence: its log, at the last line it wrote
+    out["silent_evidence"] = [
+        {"source": r.source, "line": max(1, r.lines), "time": r.last_time,
+         "text": f"rank {r.rank} logged no error; its log ends here"}
+        for r in facts.ranks
+        if r.rank in facts.silent_ranks
+    ][:20]  # fmt: skip
     unreadable = {r.source: r.unreadable_lines for r in facts.ranks if r.unreadable_lines}
     if unreadable:
         # reported as the stage's errors in every output format (executor._parse)

@@ -420,6 +420,7 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             ]
             out["pod"]["terminations"] = _terminations(out["pod"])
             out["pod"]["oom_evidence"] = _lines_with(pod_res.stdout, '"OOMKilled"', POD)
+            out["pod"]["emptydir_evidence"] = _lines_with(pod_res.stdout, '"Memory"', POD)
     else:
         out["pod"] = {
             "collected": False,
@@ -436,6 +437,12 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             "parsed": node is not None,
             **(to_jsonable(node) if node else {}),
         }
+        if node is not None and node.rdma_labels:
+            out["node"]["rdma_label_evidence"] = [
+                e
+                for label in list(node.rdma_labels)[:5]
+                for e in _lines_with(node_res.stdout, f'"{label}"', NODE, limit=1)
+            ]
     else:
         out["node"] = {"collected": False}
     out["collected"] = out["pod"]["collected"] or out["node"]["collected"]

@@ -225,9 +225,20 @@ def nccl_tests_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
                 )
             },
         }
+    evidence: list[dict[str, Any]] = []
+    for run in runs.values():
+        if not run["passed"]:
+            evidence.extend(run.get("failures") or [])
+            if not run.get("failures"):
+                # a run that stopped or failed without a failure line: where its output ends
+                evidence.append(
+                    {"source": run["source"], "line": max(1, run.get("lines") or 1), "time": None,
+                     "text": "the run's output ends here"}
+                )  # fmt: skip
     return {
         "collected": bool(runs),
         "runs": runs,
         "all_passed": bool(runs) and all(r["passed"] for r in runs.values()),
         "wrong_total": sum(r["wrong_total"] for r in runs.values()),
+        "evidence": evidence[:20],
     }

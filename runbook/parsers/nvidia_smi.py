@@ -538,6 +538,18 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
         else (True if any(ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
     )
     out["gpu_lost"] = code == 15
+    # where the exit code was read: the probe's `.rc` file (DESIGN §4), with what it printed
+    out["exit_evidence"] = [
+        {
+            "source": f"{name}.rc",
+            "line": 1,
+            "time": None,
+            "text": f"exit {files[name].exited}: "
+            + " ".join((files[name].stderr or files[name].stdout or "").split())[:200],
+        }
+        for name in sorted(files)
+        if is_collected(files[name]) and files[name].exited == code and code is not None
+    ][:5]
     text = ok(F_L)
     listed = parse_list(iter_lines(text)) if text is not None else ()
     out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}

@@ -173,7 +173,7 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "first_error": (dict, N), "surfaced": (dict, N), "silent_ranks": (list,),
         "errors_by_category": (dict,), "by_cause": (dict,), "causes": (list,),
         "killed": (list,), "peer_consequences": (list,), "context": (list,), "pids": (list,),
-        "*app_collected": (bool,), "parse_errors": (list,),
+        "*app_collected": (bool,), "parse_errors": (list,), "silent_evidence": (list,),
     },
     "cgroup": {
         "*collected": (bool,), "*present": (bool, N), "version": (int, N),
@@ -221,9 +221,11 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "nccl_tests": {
         "*collected": (bool,), "*runs": (dict,), "*all_passed": (bool,), "*wrong_total": (int,),
+        "*evidence": (list,),
     },
     "nvidia_smi": {
         "*collected": (bool,), "*exit_code": (int, N), "*exit_meaning": (str, N),
+        "*exit_evidence": (list,),
         "*driver_loaded": (bool, N), "*gpu_lost": (bool,), "*list": (dict,), "*query": (dict,),
         "*gpu_count": (int, N), "*driver_version": (str, N), "*q": (dict,),
         "uncorrectable_ecc_volatile": (int,), "uncorrectable_ecc_aggregate": (int,),

@@ -32,6 +32,8 @@ def test_first_anomaly_is_a_bundle_file_and_line_or_nothing(name: str) -> None:
     for link in typed.chain + typed.also_seen:
         for e in link.evidence:
             assert not e.source.startswith("stage:"), link
+        # every finding points at a line of a bundle file
+        assert any(e.line is not None for e in link.evidence), link
 
 
 @pytest.mark.parametrize(
