@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from runbook import signatures
@@ -34,6 +34,7 @@ from runbook.parsers._common import (
     files_under,
     find_time,
     is_collected,
+    parse_syslog_prefix,
     to_jsonable,
 )
 from runbook.parsers.registry import Files, register
@@ -260,7 +261,18 @@ def parse_applog(
     for n, raw in enumerate(lines, 1):
         try:
             head = raw.rstrip()
-            stripped_line = prefixes.strip(head[:8192])
+            # a job run as a systemd unit logs through journald: `journalctl -u UNIT` lines
+            # (short, short-iso, short-precise) carry the time and the pid in their prefix
+            journal = parse_syslog_prefix(head[:8192], ref) if head[:1].isalnum() else None
+            stripped_line = prefixes.strip(journal.message if journal else head[:8192])
+            if journal is not None:
+                stripped_line = replace(
+                    stripped_line,
+                    time=stripped_line.time or journal.time,
+                    pid=stripped_line.pid or journal.pid,
+                    host=stripped_line.host or journal.host,
+                    layers=("journal", *stripped_line.layers),
+                )
             line = stripped_line.text
             r = stripped_line.rank if stripped_line.rank is not None else rank
             state = ranks.get(r)

@@ -14,6 +14,9 @@ Each layer that carries a training job's output adds its own tag before the line
     Ray                          (pid=1234) <line>, (RayTrainWorker pid=1234, ip=10.0.0.5) <line>
     docker compose               trainer-1  | <line>
 
+(A job run as a systemd unit logs through journald; `journalctl -u UNIT` lines are read behind
+their `Mar 04 10:12:07 host python[4711]: ` prefix by the app-log reader, which knows the year.)
+
 `strip(line)` peels them off outermost first and keeps what they said: the rank (from the
 innermost tag that names one — never guessed from a host or pod name), the host, the pid,
 and the time a timestamp prefix gave. Numbers are bounded (a 5,000-digit rank tag is text, not

@@ -180,3 +180,25 @@ def test_a_line_the_parser_chokes_on_is_counted_and_the_rest_of_the_file_still_r
     facts = roundtrip(registry.get("applog").func(files, CTX))
     assert facts["first_error"]["exception"] == "ValueError"
     assert facts["parse_errors"] == ["app/rank-1.log: 1 line(s) could not be read and were skipped"]
+
+
+@pytest.mark.parametrize(
+    ("line", "time"),
+    [
+        ("Mar 04 10:12:07 gpu-node-07 python[4711]: [rank3]: ValueError: bad config",
+         "2025-03-04T10:12:07"),
+        ("2025-03-04T10:12:07+0000 gpu-node-07 python[4711]: [rank3]: ValueError: bad config",
+         "2025-03-04T10:12:07+00:00"),
+        ("Mar 04 10:12:07.123456 gpu-node-07 python[4711]: [rank3]: ValueError: bad config",
+         "2025-03-04T10:12:07.123456"),
+    ],
+)  # fmt: skip
+def test_a_job_logging_through_journald_is_read_behind_the_journal_prefix(
+    line: str, time: str
+) -> None:
+    facts = summarise(
+        parse_applog([line], source="app/train.log", collected_at="2025-03-04T12:00:00Z")
+    )
+    e = facts.first_error
+    assert e is not None and (e.rank, e.exception, e.time) == (3, "ValueError", time)
+    assert e.pid == 4711 and e.cause == "peer-rank-exited"
