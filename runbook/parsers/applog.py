@@ -153,8 +153,11 @@ _EXC = re.compile(
 )
 _TRACEBACK = "Traceback (most recent call last):"
 _FILE_RANK = re.compile(r"(?:rank|worker|proc|process|local_rank)[-_.]?(\d{1,6})", re.IGNORECASE)
+#: a line that says it is an error without naming one the catalog knows: a log level
+#: (`ERROR`, glog `E0304`), or a tool's own `error:` (`slurmstepd: error: …`, `fatal error: …`)
 _ERRORISH = re.compile(
-    r"(?:^|[\s\]])(?:E\d{4} |\[E\d{3,4} |ERROR\b|FATAL\b|CRITICAL\b|: E |\bF\d{4} )",
+    r"(?:^|[\s\]])(?:E\d{4} |\[E\d{3,4} |ERROR\b|FATAL\b|CRITICAL\b|: E |\bF\d{4} )"
+    r"|\b(?:error|Error|fatal error):\s"
 )
 #: INFO/DEBUG levels of the logging module, glog (`I0304 …`), TensorFlow (`…: I tensorflow/`)
 _INFO_LEVEL = re.compile(
