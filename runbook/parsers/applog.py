@@ -457,9 +457,10 @@ def applog_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out["app_collected"] = any(k.startswith("app/") for k, _ in logs)
     out["errors_by_category"] = _merge(r.categories for r in facts.ranks)
     out["causes"] = sorted(facts.by_cause)
-    # a silent rank's evidence: its log, at the last line it wrote
+    # a silent rank's evidence: its log, at the last line it wrote (untimed: when it died is
+    # not known, only that it wrote nothing after this line)
     out["silent_evidence"] = [
-        {"source": r.source, "line": max(1, r.lines), "time": r.last_time,
+        {"source": r.source, "line": max(1, r.lines), "time": None,
          "text": f"rank {r.rank} logged no error; its log ends here"}
         for r in facts.ranks
         if r.rank in facts.silent_ranks
