@@ -28,7 +28,9 @@ def _get(item: Any, key: str) -> Any:
 
 
 def parse_time(value: Any, local: dt.tzinfo | None = None) -> dt.datetime | None:
-    """ISO 8601 as an aware datetime (naive times are the node's `local` zone, else UTC)."""
+    """ISO 8601 as an aware datetime, or None. A naive time (`dmesg -T`, syslog, most
+    application logs) is the node's local time: `local` when the node's UTC offset is known,
+    else taken as UTC."""
     if isinstance(value, dt.datetime):
         return value if value.tzinfo else value.replace(tzinfo=local or dt.timezone.utc)
     if not isinstance(value, str) or not value:

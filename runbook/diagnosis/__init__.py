@@ -26,11 +26,12 @@ from typing import Any
 
 from runbook import templating
 from runbook import verdict as typed
-from runbook.causal import causal_order
+from runbook.causal import causal_order, parse_time
 from runbook.conductor import Conductor, Finding, Status
 from runbook.errors import TemplateError
 from runbook.report.secrets import redact_data
 from runbook.signatures import role_rank
+from runbook.spec.models import ADVICE_KINDS, DRAIN_ROOT_CAUSES
 
 VERDICT_FORMAT = typed.FORMAT
 
@@ -54,18 +55,6 @@ def utc_offset(text: Any) -> dt.timezone | None:
         minutes = int(text[1:3]) * 60 + int(text[3:])
         return dt.timezone(dt.timedelta(minutes=minutes if text[0] == "+" else -minutes))
     return None
-
-
-def parse_time(value: Any, local: dt.tzinfo | None = None) -> dt.datetime | None:
-    """ISO 8601, or None. A naive time (`dmesg -T`, syslog, most application logs) is the
-    node's local time: `local` when the node's UTC offset is known, else taken as UTC."""
-    if not isinstance(value, str) or not value:
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=local or dt.timezone.utc)
 
 
 #: the timeline keeps at most this many entries (anomalies first among those dropped last)
@@ -168,11 +157,6 @@ def rank_findings(findings: list[Finding], local: dt.tzinfo | None = None) -> li
     )
 
 
-def order_by_time(findings: list[Finding], local: dt.tzinfo | None = None) -> list[Finding]:
-    """Kept for callers of the earlier name: the causal order."""
-    return rank_findings(findings, local)
-
-
 def _first_evidence(finding: Finding, local: dt.tzinfo | None = None) -> dict[str, Any] | None:
     """The finding's first evidence in causal order that names a bundle file (and its line
     when known), or None when its evidence names no file."""
@@ -238,16 +222,13 @@ def split_chain(
     return chain, also
 
 
-#: remedy kinds that are advice (they change nothing, so nothing is approved)
-ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
-
 #: the root causes each remedy kind addresses (collect-more addresses missing evidence)
 ADDRESSES = {
     "memory-limit": ("host-memory-oom",),
     "reduce-loader-memory": ("host-memory-oom",),
     "shm-size-limit": ("shm-exhausted", "host-memory-oom"),
     "nccl-ib-disable-ab": ("rdma-misconfigured",),
-    "node-drain": ("gpu-hardware", "pcie-error"),
+    "node-drain": tuple(sorted(DRAIN_ROOT_CAUSES)),
 }
 
 

@@ -20,8 +20,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from runbook.causal import causal_order
-from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT, parse_time
+from runbook.causal import causal_order, parse_time
+from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
 from runbook.sweep.results import HostResult

@@ -194,15 +194,15 @@ class DmesgFacts:
 
 # --- patterns ------------------------------------------------------------------------------------
 
+#: words of the kernel lines the signature catalog names (see `catalog_hits`)
+_CATALOG_WORDS = ("AMD-Vi", "DMAR", "IO_PAGE_FAULT", "SXid")
 #: literal keywords, one of which is on every line a record starts on or is recorded whole
 KEYWORDS = (
     "oom-kill", "Task in ", ": usage ", "Kill process", "Killed process", "Out of memory",
     "page allocation", "os_lock_user_pages", "Cannot map memory", "NVRM", "fallen off the bus",
-    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace", "AMD-Vi", "DMAR", "IO_PAGE_FAULT",
-    "SXid",
+    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace",
+    *_CATALOG_WORDS,
 )  # fmt: skip
-#: words of the kernel lines the signature catalog names (see `catalog_hits`)
-_CATALOG_WORDS = ("AMD-Vi", "DMAR", "IO_PAGE_FAULT", "SXid")
 #: keywords that open a multi-line record, and how many following lines it may span
 WINDOWS = {"Memory cgroup stats": 80, "AER": 6, "PCIe Bus Error": 6, "NVRM: The NVIDIA GPU": 4}
 

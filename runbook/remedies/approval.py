@@ -28,6 +28,7 @@ from runbook.remedies import plans
 from runbook.remedies.audit import AuditLog
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import Proposal, Store
+from runbook.spec.models import ADVICE_KINDS
 
 
 class Refused(RunbookError):
@@ -117,7 +118,7 @@ class Desk:
         lacks an input — `requires_approval: false` — are not queued)."""
         out: list[Queued] = []
         for proposal in verdict.get("proposals") or []:
-            if proposal.get("kind") in plans.ADVICE_KINDS:
+            if proposal.get("kind") in ADVICE_KINDS:
                 continue
             if proposal.get("requires_approval") is False:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve

@@ -24,9 +24,9 @@ from enum import Enum
 from typing import Any
 
 from runbook.errors import UsageError
+from runbook.spec.models import DRAIN_ROOT_CAUSES
 
 #: root causes (runbook/spec/models.py) on which a drain may be proposed
-DRAIN_ROOT_CAUSES = frozenset({"gpu-hardware", "pcie-error"})
 
 
 class SelectorError(UsageError):

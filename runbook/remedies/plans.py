@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from runbook.errors import RunbookError, UsageError
+from runbook.spec.models import ADVICE_KINDS
 
-ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
 #: kinds whose playbook runs on the node itself (the others run on the controller)
 NODE_KINDS = ("nccl-ib-disable-ab",)
 

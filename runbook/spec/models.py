@@ -66,6 +66,12 @@ PROPOSAL_KINDS = (
     "collect-more",
 )
 
+#: proposal kinds that are advice: they change nothing, so there is nothing to approve or run
+ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
+
+#: the root causes with hardware evidence: the only ones a node drain may be proposed on
+DRAIN_ROOT_CAUSES = frozenset({"gpu-hardware", "pcie-error"})
+
 #: a `next:` that ends the walk without naming a cause
 END = "end"
 
