@@ -210,7 +210,7 @@ WINDOWS = {"Memory cgroup stats": 80, "AER": 6, "PCIe Bus Error": 6, "NVRM: The 
 _TRIGGER = re.compile(
     r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
     r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"
-    r"|Call Trace"
+    r"|Call Trace|" + "|".join(re.escape(w) for w in _CATALOG_WORDS)
 )
 
 _INVOKED = re.compile(

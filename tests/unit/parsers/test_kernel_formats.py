@@ -73,3 +73,12 @@ def test_a_file_of_lines_nobody_understands_is_unrecognized() -> None:
 def test_any_xid_number_and_text_never_raise(code: int, rest: str) -> None:
     facts = parse_dmesg([f"[ 1.0] NVRM: Xid (PCI:0000:3b:00): {code}, {rest}"])
     assert len(facts.xids) <= 1
+
+
+def test_iommu_faults_are_read_from_plain_lines_as_from_a_scanned_file() -> None:
+    # https://github.com/NVIDIA/cuda-samples/issues/48 (parse_dmesg fed lines directly takes
+    # its own fast path, which must know the catalog's kernel words too)
+    line = ("Sep 21 09:59:59 runtime kernel: nvidia 0000:07:00.0: AMD-Vi: Event logged "
+            "[IO_PAGE_FAULT domain=0x0003 address=0x80000040 flags=0x0020]")  # fmt: skip
+    facts = parse_dmesg([line], collected_at="2020-09-22T00:00:00")
+    assert [h.signature for h in facts.iommu_faults] == ["iommu-fault"]
