@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from runbook.parsers import registry
 from runbook.parsers.dmesg import DmesgFacts, parse_dmesg
-from runbook.parsers.xid import XIDS, lookup
+from runbook.parsers.xid import catalog, lookup
 
 from .helpers import missing, result, roundtrip, sample, sample_lines
 
@@ -214,7 +214,7 @@ def test_xid_table_documents_the_drain_choice_per_code() -> None:
     assert lookup(94).drain_if_repeated and not lookup(94).drain
     assert lookup(92).gpu_fault and not lookup(92).drain
     assert lookup(99999).category == "unknown"
-    assert all(info.meaning for info in XIDS.values())
+    assert all(info.meaning for info in catalog().values())
 
 
 def test_the_registered_adapter_reads_dmesg_txt_and_is_json() -> None:
