@@ -47,7 +47,8 @@ _RAY = re.compile(
 #: a host name: lower case, at least one digit or dash (so `error: `, `warnings: ` and
 #: `RuntimeError: ` are never taken for one), or `localhost`
 _HOST = re.compile(
-    r"^(?P<h>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9-]{1,63}){0,8}"
+    r"^(?!\d{4}-\d\d-\d\d: )"  # a date is not a host
+    r"(?P<h>(?=[a-z0-9.-]*[0-9-])[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9-]{1,63}){0,8}"
     r"|localhost): "
 )
 _COMPOSE = re.compile(r"^(?P<h>[\w.-]{1,100}?)\s+\| ")
@@ -67,8 +68,26 @@ class Stripped:
     layers: tuple[str, ...] = ()
 
 
+#: every prefix, in the order they are tried at each depth; a pattern's named groups say what
+#: it knows: `t` a time, `r` a rank, `pid` a process id, `h` a host
+_LAYERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("cri", _CRI),
+    ("kubectl-timestamps", _KTS),
+    ("kubectl-prefix", _KPREFIX),
+    ("default", _DEFAULT),
+    ("rank", _RANK),
+    ("mpi", _MPI),
+    ("ray", _RAY),
+    ("srun-label", _SRUN),
+    ("host", _HOST),
+    ("compose", _COMPOSE),
+)
+
+
 def strip(line: str) -> Stripped:
-    """Remove every known prefix from `line` (see the module docstring)."""
+    """Remove every known prefix from `line` (see the module docstring): the outermost time
+    counts, and the innermost rank, pid and host (a compose service names the host only when
+    no host tag does)."""
     rank: int | None = None
     host: str | None = None
     pid: int | None = None
@@ -76,62 +95,19 @@ def strip(line: str) -> Stripped:
     layers: list[str] = []
     text = line
     for _ in range(MAX_DEPTH):
-        m = _CRI.match(text)
-        if m:
-            time = time or iso(m.group("t"))
-            layers.append("cri")
-            text = text[m.end() :]
-            continue
-        m = _KTS.match(text)
-        if m:
-            time = time or iso(m.group("t"))
-            layers.append("kubectl-timestamps")
-            text = text[m.end() :]
-            continue
-        m = _KPREFIX.match(text)
-        if m:
-            layers.append("kubectl-prefix")
-            text = text[m.end() :]
-            continue
-        found = False
-        for kind, pattern in (("default", _DEFAULT), ("rank", _RANK), ("mpi", _MPI)):
-            m = pattern.match(text)
-            if m:
-                rank = int(m.group("r"))
-                layers.append(kind)
-                text = text[m.end() :]
-                found = True
-                break
-        if found:
-            continue
-        m = _RAY.match(text)
-        if m:
-            pid = int(m.group("pid"))
-            layers.append("ray")
-            text = text[m.end() :]
-            continue
-        m = _SRUN.match(text)
-        if m:
-            rank = int(m.group("r"))
-            layers.append("srun-label")
-            text = text[m.end() :]
-            continue
-        m = _HOST.match(text)
-        if m and not _looks_like_time(text):
-            host = m.group("h")
-            layers.append("host")
-            text = text[m.end() :]
-            continue
-        m = _COMPOSE.match(text)
-        if m:
-            host = host or m.group("h")
-            layers.append("compose")
-            text = text[m.end() :]
-            continue
-        break
+        found = next(((name, m) for name, p in _LAYERS if (m := p.match(text))), None)
+        if found is None:
+            break
+        layer, match = found
+        said = match.groupdict()
+        if said.get("t"):
+            time = time or iso(said["t"])
+        if said.get("r"):
+            rank = int(said["r"])
+        if said.get("pid"):
+            pid = int(said["pid"])
+        if said.get("h"):
+            host = said["h"] if layer == "host" else (host or said["h"])
+        layers.append(layer)
+        text = text[match.end() :]
     return Stripped(text, rank, host, pid, time, tuple(layers))
-
-
-def _looks_like_time(text: str) -> bool:
-    # `10: ` cannot be mistaken here (digits only go to the srun rule), but `2025-03-04: ` could
-    return bool(re.match(r"^\d{4}-\d\d-\d\d: ", text))

@@ -53,6 +53,7 @@ def test_stacked_prefixes_are_all_removed_and_the_innermost_rank_wins() -> None:
         "warnings: 3",
         "ng30903:3063025:3066048 [0] NCCL INFO Bootstrap",  # NCCL's own prefix stays
         "10:12:01 something",
+        "2025-03-04: a date, not a host",
         "torch.distributed.elastic.multiprocessing.api: [ERROR] failed",
     ],
 )
