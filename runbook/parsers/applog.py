@@ -185,21 +185,31 @@ def signature_of(message: str) -> signatures.Signature | None:
     return sig
 
 
-def classify(message: str) -> str | None:
-    """The legacy error class of a line (see the module docstring), or None."""
-    text = prefixes.strip(message).text
-    sig = signature_of(text)
+#: what a line is: (signature id, role, root cause or None, legacy category)
+LineKind = tuple[str, str, str | None, str]
+GENERIC: LineKind = ("generic-error", "local-error", None, "application-exception")
+
+
+def line_kind(text: str, sig: signatures.Signature | None) -> LineKind | None:
+    """What a line (prefixes removed) is, given its catalog entry: that entry's kind, or a
+    generic error of the rank for a line that only says it is one (`ERROR`, `error: `), or
+    None. The one classification both the reader and `classify` use."""
     if sig is not None:
-        if sig.role not in ERROR_ROLES:
-            return None
-        return CATEGORY.get(sig.id, sig.id)
+        return (sig.id, sig.role, sig.cause, CATEGORY.get(sig.id, sig.id))
     if (
         _ERRORISH.search(text[:400])
         and not _NOT_ERROR.search(text)
         and not _INFO_LEVEL.search(text)
     ):
-        return "application-exception"
+        return GENERIC
     return None
+
+
+def classify(message: str) -> str | None:
+    """The legacy error class of a line (see the module docstring), or None."""
+    text = prefixes.strip(message).text
+    kind = line_kind(text, signature_of(text))
+    return kind[3] if kind is not None and kind[1] in ERROR_ROLES else None
 
 
 class _Rank:
@@ -320,20 +330,10 @@ def parse_applog(
                 state.nccl_seen = True
                 if sig is None or not sig.info:
                     continue
-            if sig is None:
-                if not _ERRORISH.search(stripped[:400]):
-                    continue
-                sig_id, role, cause, category = (
-                    "generic-error",
-                    "local-error",
-                    None,
-                    "application-exception",
-                )
-            else:
-                if sig.role == "benign":
-                    continue
-                sig_id, role, cause = sig.id, sig.role, sig.cause
-                category = CATEGORY.get(sig.id, sig.id)
+            kind = line_kind(stripped, sig)
+            if kind is None or kind[1] == "benign":
+                continue
+            sig_id, role, cause, category = kind
             em = _EXC.match(stripped)
             err = AppError(
                 source=source,
@@ -408,10 +408,9 @@ def summarise(ranks: Iterable[RankLog]) -> AppLogFacts:
         surfaced = max(timed, key=lambda e: (e.time or "", e.source, e.line)) if timed else pool[-1]
     # a rank's own first error that names no cause of its own, after a peer went away
     peer = [e for e in ordered if e.role == "peer-consequence"]
-    silent = tuple(r.rank for r in all_ranks if r.first_error is None and r.rank is not None)
     # a rank is silent only if none of its files logged an error
     with_errors = {r.rank for r in all_ranks if r.first_error is not None}
-    silent = tuple(sorted({r for r in silent if r not in with_errors}))
+    silent = tuple(sorted({r.rank for r in all_ranks if r.rank is not None} - with_errors))
     return AppLogFacts(
         ranks=all_ranks,
         first_failed_rank=first.rank if first else None,
