@@ -14,9 +14,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from runbook.errors import RunbookError
 
@@ -27,6 +27,7 @@ ROOT_CAUSES = (
     "inconclusive",
 )  # fmt: skip
 CONFIDENCES = ("high", "medium", "low")
+T = TypeVar("T")
 
 
 class VerdictError(RunbookError):
@@ -45,6 +46,27 @@ def _need(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
 def _name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
     return " or ".join(k.__name__ for k in kinds)
+
+
+def _object(data: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise VerdictError(f"{where}: expected an object")
+    return data
+
+
+def _list(
+    data: Mapping[str, Any], key: str, where: str, parse: Callable[[Any, str], T]
+) -> tuple[T, ...]:
+    """`data[key]` (absent: empty), a list each of whose items `parse` reads."""
+    value = data.get(key) or []
+    if not isinstance(value, list):
+        raise VerdictError(f"{where}.{key}: expected a list")
+    return tuple(parse(item, f"{where}.{key}[{i}]") for i, item in enumerate(value))
+
+
+def _rest(data: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
+    """The fields this version does not model, kept as they are."""
+    return {k: v for k, v in data.items() if k not in known}
 
 
 def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -71,8 +93,7 @@ class EvidenceRef:
 
     @classmethod
     def from_json(cls, data: Any, where: str = "evidence") -> EvidenceRef:
-        if not isinstance(data, Mapping):
-            raise VerdictError(f"{where}: expected an object")
+        data = _object(data, where)
         line = _opt(data, "line", int, where)
         if isinstance(line, bool):
             raise VerdictError(f"{where}.line: expected int")
@@ -105,19 +126,13 @@ class Finding:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Finding:
-        if not isinstance(data, Mapping):
-            raise VerdictError(f"{where}: expected an object")
-        evidence = data.get("evidence") or []
-        if not isinstance(evidence, list):
-            raise VerdictError(f"{where}.evidence: expected a list")
+        data = _object(data, where)
         return cls(
             stage=_need(data, "stage", str, where),
             finding=_need(data, "finding", str, where),
             cause=_opt(data, "cause", str, where),
             role=_opt(data, "role", str, where),
-            evidence=tuple(
-                EvidenceRef.from_json(e, f"{where}.evidence[{i}]") for i, e in enumerate(evidence)
-            ),
+            evidence=_list(data, "evidence", where, EvidenceRef.from_json),
         )
 
 
@@ -131,8 +146,7 @@ class RuledOut:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> RuledOut:
-        if not isinstance(data, Mapping):
-            raise VerdictError(f"{where}: expected an object")
+        data = _object(data, where)
         return cls(_need(data, "cause", str, where), _need(data, "because", str, where))
 
 
@@ -158,8 +172,7 @@ class StageSummary:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> StageSummary:
-        if not isinstance(data, Mapping):
-            raise VerdictError(f"{where}: expected an object")
+        data = _object(data, where)
         facts = data.get("facts") or {}
         if not isinstance(facts, Mapping):
             raise VerdictError(f"{where}.facts: expected an object")
@@ -169,7 +182,7 @@ class StageSummary:
             status=_need(data, "status", str, where),
             title=_opt(data, "title", str, where),
             facts=dict(facts),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=_rest(data, known),
         )
 
 
@@ -199,8 +212,7 @@ class Proposal:
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> Proposal:
-        if not isinstance(data, Mapping):
-            raise VerdictError(f"{where}: expected an object")
+        data = _object(data, where)
         params = data.get("params") or {}
         missing = data.get("missing") or []
         if not isinstance(params, Mapping) or not isinstance(missing, list):
@@ -213,7 +225,7 @@ class Proposal:
             summary=_need(data, "summary", str, where),
             params=dict(params),
             missing=tuple(str(m) for m in missing),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=_rest(data, known),
         )
 
 
@@ -262,8 +274,7 @@ class Verdict:
         """The verdict a JSON object describes; VerdictError naming the first field that
         does not fit."""
         w = "verdict"
-        if not isinstance(data, Mapping):
-            raise VerdictError("verdict: expected a JSON object")
+        data = _object(data, w)
         if data.get("format") != FORMAT:
             raise VerdictError(f"verdict.format: expected {FORMAT}, got {data.get('format')!r}")
         root = _need(data, "root_cause", str, w)
@@ -272,12 +283,6 @@ class Verdict:
         confidence = _need(data, "confidence", str, w)
         if confidence not in CONFIDENCES:
             raise VerdictError(f"verdict.confidence: {confidence!r} is not one of {CONFIDENCES}")
-
-        def items(key: str) -> list[Any]:
-            value = data.get(key) or []
-            if not isinstance(value, list):
-                raise VerdictError(f"verdict.{key}: expected a list")
-            return value
 
         first = data.get("first_anomaly")
         known = {
@@ -290,28 +295,14 @@ class Verdict:
             confidence=confidence,
             surfaced_as=_opt(data, "surfaced_as", str, w),
             first_anomaly=EvidenceRef.from_json(first, "verdict.first_anomaly") if first else None,
-            chain=tuple(
-                Finding.from_json(f, f"verdict.chain[{i}]") for i, f in enumerate(items("chain"))
-            ),
-            also_seen=tuple(
-                Finding.from_json(f, f"verdict.also_seen[{i}]")
-                for i, f in enumerate(items("also_seen"))
-            ),
-            ruled_out=tuple(
-                RuledOut.from_json(r, f"verdict.ruled_out[{i}]")
-                for i, r in enumerate(items("ruled_out"))
-            ),
-            stages=tuple(
-                StageSummary.from_json(s, f"verdict.stages[{i}]")
-                for i, s in enumerate(items("stages"))
-            ),
-            proposals=tuple(
-                Proposal.from_json(p, f"verdict.proposals[{i}]")
-                for i, p in enumerate(items("proposals"))
-            ),
+            chain=_list(data, "chain", w, Finding.from_json),
+            also_seen=_list(data, "also_seen", w, Finding.from_json),
+            ruled_out=_list(data, "ruled_out", w, RuledOut.from_json),
+            stages=_list(data, "stages", w, StageSummary.from_json),
+            proposals=_list(data, "proposals", w, Proposal.from_json),
             runbook=_opt(data, "runbook", str, w),
             target=_opt(data, "target", str, w),
-            extra={k: v for k, v in data.items() if k not in known},
+            extra=_rest(data, known),
         )
 
 
