@@ -255,6 +255,8 @@ def execute(
     observer = observer or NullObserver()
     conductor = resume if resume is not None else Conductor(runbook, variables)
     all_results: dict[str, CommandResult] = {}
+    #: (probe name, command) -> the files it contributed, for stages that collect it again
+    collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
     started = time.monotonic()
 
     for result in _run_probes(transport, PREAMBLE, max_parallel):
@@ -295,7 +297,19 @@ def execute(
         probes, template_errors = conductor.probes(stage)
         observer.stage_started(stage, index, total, probes)
         results: dict[str, CommandResult] = {}
-        for result in _run_probes(transport, probes, max_parallel):
+        # a file an earlier stage already collected with the same command (NCCL's logs are read
+        # by three stages) is not fetched again: one round trip, and every parser sees the
+        # content the bundle holds
+        fresh = []
+        for probe in probes:
+            earlier = collected.get((probe.name, probe.command))
+            if earlier is None:
+                fresh.append(probe)
+                continue
+            results.update(earlier)
+            observer.probe_done(stage, next(iter(earlier.values())))
+        commands = {p.name: p.command for p in fresh}
+        for result in _run_probes(transport, fresh, max_parallel):
             results[result.name] = result
             observer.probe_done(stage, result)
             pieces = (
@@ -312,6 +326,9 @@ def execute(
                 all_results[piece.name] = piece
                 if run_dir:
                     bundle_mod.write_result(run_dir.bundle, piece)
+            collected[(result.name, commands.get(result.name, result.command))] = {
+                piece.name: results[piece.name] for piece in pieces
+            } or {result.name: results[result.name]}
             if run_dir:
                 run_dir.event(
                     "probe",
