@@ -366,10 +366,10 @@ def build_verdict(
                 wanted.append(remedy_id)
     proposals = []
     for remedy_id in wanted:
-        proposal = _proposal(conductor, remedy_id, ctx)
-        kind = proposal["kind"]
+        kind = runbook.remedy(remedy_id).kind
         if kind in ADDRESSES and root_cause not in ADDRESSES[kind]:
-            continue
+            continue  # decided on the kind: its templates are not rendered for nothing
+        proposal = _proposal(conductor, remedy_id, ctx)
         missing = _plan_missing(proposal)
         if missing:
             proposal["requires_approval"] = False
