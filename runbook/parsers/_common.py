@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, is_dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeGuard
@@ -50,6 +50,25 @@ def iter_lines(text: str) -> Iterator[str]:
     """Lines of `text` without building a list (a 1 GiB dmesg must not be copied twice)."""
     for line in io.StringIO(text):
         yield line.rstrip("\r\n")
+
+
+def evidence_lines(
+    text: str, source: str, matches: Callable[[str], object], limit: int = 20
+) -> list[dict[str, Any]]:
+    """The lines of a file that `matches` (given each stripped line) accepts, as untimed
+    evidence records (file, 1-based line, the line), the first `limit` of them."""
+    found: list[dict[str, Any]] = []
+    for n, line in enumerate(iter_lines(text), 1):
+        if matches(line.strip()):
+            found.append({"source": source, "line": n, "time": None, "text": clip(line)})
+            if len(found) >= limit:
+                break
+    return found
+
+
+def containing(needle: str) -> Callable[[str], bool]:
+    """For `evidence_lines`: the lines that hold `needle`."""
+    return lambda line: needle in line
 
 
 def to_jsonable(value: Any) -> Any:

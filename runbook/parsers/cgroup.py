@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runbook.parsers._common import is_collected, iter_lines, to_jsonable
+from runbook.parsers._common import evidence_lines, is_collected, iter_lines, to_jsonable
 from runbook.parsers.registry import Files, register
 
 PREFIX = "cgroup/"
@@ -175,17 +175,19 @@ def cgroup_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: lines of the cgroup files that show the limit was hit: an OOM kill, a failed charge
-_HIT = re.compile(r"^(?:oom_kill|oom|max) [1-9]\d*$")
+#: the lines of each cgroup file that show the limit was hit: an OOM kill, a failed charge
+_LIMIT_HIT = re.compile(r"(?:oom_kill|oom|max) [1-9]\d*").fullmatch
+_HIT = {
+    "memory.events": _LIMIT_HIT,
+    "memory.oom_control": _LIMIT_HIT,
+    "memory.failcnt": re.compile(r"[1-9]\d*").fullmatch,
+}
 
 
 def _evidence(texts: Mapping[str, str]) -> list[dict[str, Any]]:
     """The lines that show the cgroup hit its limit, as evidence (file, line, text)."""
-    found: list[dict[str, Any]] = []
-    for base in ("memory.events", "memory.oom_control", "memory.failcnt"):
-        for n, line in enumerate(iter_lines(texts.get(base, "")), 1):
-            line = line.strip()
-            hit = _HIT.match(line) if base != "memory.failcnt" else re.fullmatch(r"[1-9]\d*", line)
-            if hit:
-                found.append({"source": PREFIX + base, "line": n, "time": None, "text": line})
-    return found
+    return [
+        e
+        for base, hit in _HIT.items()
+        for e in evidence_lines(texts.get(base, ""), PREFIX + base, hit)
+    ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
 
-from runbook.parsers._common import is_collected, to_jsonable
+from runbook.parsers._common import containing, evidence_lines, is_collected, to_jsonable
 from runbook.parsers.registry import Files, register
 
 POD = "pod.json"
@@ -382,17 +382,6 @@ def _terminations(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def _lines_with(text: str, needle: str, source: str, limit: int = 20) -> list[dict[str, Any]]:
-    """Where `needle` sits in a file, as evidence (file, 1-based line, the line)."""
-    found: list[dict[str, Any]] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if needle in line:
-            found.append({"source": source, "line": n, "time": None, "text": line.strip()[:300]})
-            if len(found) >= limit:
-                break
-    return found
-
-
 @register("kube", "pod.json and node.json: containers, terminations, limits, shm, node memory")
 def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -419,8 +408,12 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
                 if v.medium == "Memory" and v.size_limit_bytes is None
             ]
             out["pod"]["terminations"] = _terminations(out["pod"])
-            out["pod"]["oom_evidence"] = _lines_with(pod_res.stdout, '"OOMKilled"', POD)
-            out["pod"]["emptydir_evidence"] = _lines_with(pod_res.stdout, '"Memory"', POD)
+            out["pod"]["oom_evidence"] = evidence_lines(
+                pod_res.stdout, POD, containing('"OOMKilled"')
+            )
+            out["pod"]["emptydir_evidence"] = evidence_lines(
+                pod_res.stdout, POD, containing('"Memory"')
+            )
     else:
         out["pod"] = {
             "collected": False,
@@ -441,7 +434,7 @@ def kube_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
             out["node"]["rdma_label_evidence"] = [
                 e
                 for label in list(node.rdma_labels)[:5]
-                for e in _lines_with(node_res.stdout, f'"{label}"', NODE, limit=1)
+                for e in evidence_lines(node_res.stdout, NODE, containing(f'"{label}"'), limit=1)
             ]
     else:
         out["node"] = {"collected": False}
