@@ -18,13 +18,16 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 
 from runbook import __version__
 from runbook.errors import RunbookError, UsageError
+
+if TYPE_CHECKING:  # imported when a command runs: `runbook --help` stays fast
+    from runbook.executor import RunResult
 
 log = logging.getLogger("runbook")
 
@@ -201,7 +204,7 @@ def guided_walk(
     *,
     verbose: bool,
     resume: Any = None,
-) -> Any:
+) -> RunResult:
     """The walk of `run`, `resume` and `demo`: stage by stage on `console`, into `directory`;
     a replayed bundle lends its node name and context. `resume`: a restored conductor."""
     from runbook.console import GuidedConsole
@@ -389,7 +392,7 @@ def run(
         if directory is not None:
             directory.close()
     if fmt == "json":
-        click.echo(json.dumps(result.verdict, indent=2, default=str))
+        click.echo(json.dumps(result.verdict.to_json(), indent=2, default=str))
     else:
         click.echo(f"\nrun directory: {result.run_dir}", err=False)
 
@@ -422,7 +425,7 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
     finally:
         transport.close()
     if fmt == "json":
-        click.echo(json.dumps(result.verdict, indent=2, default=str))
+        click.echo(json.dumps(result.verdict.to_json(), indent=2, default=str))
     elif fmt == "markdown":
         click.echo(markdown.render(result.verdict), nl=False)
     else:

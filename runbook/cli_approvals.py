@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from rich.table import Table
 
 from runbook import config as config_mod
 from runbook.remedies.playbook import TaskOutcome
+from runbook.verdict import Proposal as VerdictProposal
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -326,9 +327,9 @@ def _brief(data: Mapping[str, Any]) -> str:
     return ""
 
 
-def show_advice(console: Console, proposal: Mapping[str, Any]) -> None:
+def show_advice(console: Console, proposal: VerdictProposal) -> None:
     """reduce-loader-memory: which term of the estimate dominates and what each cut saves."""
-    if proposal.get("kind") != "reduce-loader-memory":
+    if proposal.kind != "reduce-loader-memory":
         return
     from runbook.errors import RunbookError
     from runbook.remedies import advice as advice_mod
@@ -336,9 +337,9 @@ def show_advice(console: Console, proposal: Mapping[str, Any]) -> None:
 
     console.rule("[bold]advice: reduce the peak first")
     try:
-        lines = advice_mod.advise(estimate.from_params(dict(proposal.get("params") or {}))).lines()
+        lines = advice_mod.advise(estimate.from_params(dict(proposal.params))).lines()
     except RunbookError as exc:
-        console.print(f"  {escape(str(proposal.get('summary')))} ({escape(exc.one_line())})")
+        console.print(f"  {escape(proposal.summary)} ({escape(exc.one_line())})")
         return
     for line in lines:
         console.print(f"  {escape(line)}")
@@ -351,7 +352,7 @@ def guided_approvals(
     *,
     interactive: bool,
     as_user: str | None = None,
-    advice: list[Mapping[str, Any]] | None = None,
+    advice: Sequence[VerdictProposal] = (),
     ledger: Any = None,
 ) -> None:
     """After a guided walk: each queued proposal with its evidence and check-mode diff, then
@@ -366,7 +367,7 @@ def guided_approvals(
         if ledger is not None:
             ledger.decided(pid, outcome)
 
-    for proposal in advice or []:
+    for proposal in advice:
         show_advice(console, proposal)
     if not queued:
         return

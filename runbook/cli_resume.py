@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.errors import StateError
+from runbook.verdict import Verdict
 
 
 def _queued(desk: Any, pid: str) -> Any:
@@ -39,7 +39,7 @@ def approvals_phase(
     directory: Any,
     record: Any,
     runbook: Any,
-    verdict: Mapping[str, Any],
+    verdict: Verdict,
     *,
     interactive: bool,
     as_user: str | None,
@@ -56,7 +56,7 @@ def approvals_phase(
         if ledger is None:
             queued = desk.queue_verdict(
                 verdict,
-                node=str(verdict.get("node") or "node"),
+                node=verdict.node or "node",
                 target=Target.from_dict(record.target),
                 runbook_id=record.runbook.ref,
                 variables={**runbook.vars, **record.variables},
@@ -73,7 +73,7 @@ def approvals_phase(
             queued,
             interactive=interactive,
             as_user=as_user,
-            advice=list(verdict.get("proposals") or []),
+            advice=verdict.proposals,
             ledger=ledger,
         )
         ledger.finish()
@@ -158,9 +158,7 @@ def resume(
         verdict = read_verdict(path)
         if verdict is not None and ledger is not None and ledger.get("done"):
             queued = ", its proposals are in the approval queue" if ledger.get("queued") else ""
-            click.echo(
-                f"nothing to do: {path} finished (verdict {verdict.get('root_cause')}{queued})"
-            )
+            click.echo(f"nothing to do: {path} finished (verdict {verdict.root_cause}{queued})")
             return
         runbook = reload_runbook(record)
         if record.redacted:
@@ -181,7 +179,7 @@ def resume(
         else:
             logged = events(path)
             if logged and logged[-1].get("event") != "run-done":  # killed just before it
-                directory.event("run-done", root_cause=verdict.get("root_cause"))
+                directory.event("run-done", root_cause=verdict.root_cause)
             console.print(f"[bold]resuming {escape(str(path))}[/]: the walk had finished")
             render_verdict(console, verdict)
         interactive = not no_input and fmt == "text" and sys.stdin.isatty()
@@ -194,14 +192,14 @@ def resume(
     finally:
         directory.close()
     if fmt == "json":
-        click.echo(json.dumps(verdict, indent=2, default=str))
+        click.echo(json.dumps(verdict.to_json(), indent=2, default=str))
     else:
         click.echo(f"\nrun directory: {path}")
 
 
 def _walk_rest(
     console: Console, directory: Any, record: Any, runbook: Any, *, verbose: bool
-) -> dict[str, Any]:
+) -> Verdict:
     """Re-open the target, read its preamble again and walk what is left; the verdict."""
     from runbook.cli import _open, guided_walk
     from runbook.conductor import Conductor
@@ -236,8 +234,7 @@ def _walk_rest(
         )
     finally:
         transport.close()
-    verdict: dict[str, Any] = result.verdict
-    return verdict
+    return result.verdict
 
 
 COMMANDS = [resume]

@@ -65,12 +65,13 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
         if findings:
             click.echo("findings, worst first:")
         for host in findings:
-            verdict = host.verdict or {}
-            first = verdict.get("first_anomaly") or {}
-            where = f"{first.get('source')}:{first.get('line')}" if first.get("line") else ""
-            text = " ".join(str(first.get("text") or "").split())[:100]
+            if host.verdict is None:
+                continue
+            first = host.verdict.first_anomaly
+            where = first.where if first and first.line else ""
+            text = " ".join(((first.text if first else None) or "").split())[:100]
             click.echo(
-                f"  {host.host:<24} {verdict.get('root_cause')} ({verdict.get('confidence')})"
+                f"  {host.host:<24} {host.verdict.root_cause} ({host.verdict.confidence})"
                 + (f"  {where} {text}" if where or text else "")
             )
         for host in sweep.hosts:

@@ -4,8 +4,7 @@ rich renders colour on a TTY and plain text elsewhere (CI logs, pipes)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,6 +12,7 @@ from rich.markup import escape
 from runbook.conductor import StageRecord, Status
 from runbook.spec.models import Stage
 from runbook.transports.base import CommandResult, Probe
+from runbook.verdict import Verdict
 
 _STATUS_STYLE = {
     Status.OK: "green",
@@ -71,52 +71,49 @@ class GuidedConsole:
             f" [dim]({escape(record.reason)})[/]"
         )
 
-    def run_done(self, verdict: Mapping[str, Any]) -> None:
+    def run_done(self, verdict: Verdict) -> None:
         render_verdict(self.console, verdict)
 
 
-def render_verdict(console: Console, verdict: Mapping[str, Any]) -> None:
-    cause = verdict["root_cause"]
+def render_verdict(console: Console, verdict: Verdict) -> None:
+    cause = verdict.root_cause
     style = "green" if cause == "healthy" else "bold red"
     console.print(
-        f"\n[bold]Verdict for {escape(str(verdict['node']))}:[/] [{style}]{cause}[/]"
-        f" (confidence {verdict['confidence']})"
+        f"\n[bold]Verdict for {escape(verdict.node)}:[/] [{style}]{cause}[/]"
+        f" (confidence {verdict.confidence})"
     )
-    if verdict.get("surfaced_as"):
-        console.print(f"  surfaced as: {escape(_short(verdict['surfaced_as']))}")
-    first = verdict.get("first_anomaly")
+    if verdict.surfaced_as:
+        console.print(f"  surfaced as: {escape(_short(verdict.surfaced_as))}")
+    first = verdict.first_anomaly
     if first:
-        where = f"{first.get('source')}" + (f":{first['line']}" if first.get("line") else "")
-        when = f" at {first['time']}" if first.get("time") else ""
+        when = f" at {first.time}" if first.time else ""
         console.print(
-            f"  first anomaly: {escape(where)}{escape(when)}: "
-            f"{escape(_short(str(first.get('text', ''))))}"
+            f"  first anomaly: {escape(first.where)}{escape(when)}: "
+            f"{escape(_short(first.text or ''))}"
         )
-    if verdict.get("chain"):
+    if verdict.chain:
         console.print("  evidence chain:")
-        for link in verdict["chain"]:
-            console.print(f"    ↓ {escape('[' + link['stage'] + ']')} {escape(link['finding'])}")
-    if verdict.get("also_seen"):
+        for link in verdict.chain:
+            console.print(f"    ↓ {escape('[' + link.stage + ']')} {escape(link.finding)}")
+    if verdict.also_seen:
         console.print("  also seen (not part of the chain):")
-        for link in verdict["also_seen"]:
-            console.print(f"    · {escape('[' + link['stage'] + ']')} {escape(link['finding'])}")
-    for out in verdict.get("ruled_out", []):
-        console.print(f"  ruled out {out['cause']}: {escape(out['because'])}")
-    for stage in verdict.get("stages", []):
+        for link in verdict.also_seen:
+            console.print(f"    · {escape('[' + link.stage + ']')} {escape(link.finding)}")
+    for out in verdict.ruled_out:
+        console.print(f"  ruled out {out.cause}: {escape(out.because)}")
+    for stage in verdict.stages:
         # a stage whose parser or rule failed, or whose files were not understood, says so
-        for error in stage.get("errors") or []:
-            console.print(f"  [magenta]stage {escape(stage['id'])} error:[/] {escape(str(error))}")
-        if stage.get("status") == "unrecognized-format":
+        for error in stage.errors:
+            console.print(f"  [magenta]stage {escape(stage.id)} error:[/] {escape(error)}")
+        if stage.status == "unrecognized-format":
             console.print(
-                f"  [yellow]stage {escape(stage['id'])}:[/] its files were read but no line was "
+                f"  [yellow]stage {escape(stage.id)}:[/] its files were read but no line was "
                 "understood (unrecognized format): nothing is ruled out from them"
             )
-    for proposal in verdict.get("proposals", []):
-        if proposal.get("missing"):
-            gate = "advice; missing: " + "; ".join(str(m) for m in proposal["missing"])
-            console.print(f"  proposal [bold]{proposal['kind']}[/] ({escape(gate)})")
+    for proposal in verdict.proposals:
+        if proposal.missing:
+            gate = "advice; missing: " + "; ".join(proposal.missing)
+            console.print(f"  proposal [bold]{proposal.kind}[/] ({escape(gate)})")
             continue
-        gate = "needs approval" if proposal.get("requires_approval") else "no change"
-        console.print(
-            f"  proposal [bold]{proposal['kind']}[/] ({gate}): {escape(proposal['summary'])}"
-        )
+        gate = "needs approval" if proposal.requires_approval else "no change"
+        console.print(f"  proposal [bold]{proposal.kind}[/] ({gate}): {escape(proposal.summary)}")

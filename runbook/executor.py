@@ -28,6 +28,7 @@ from runbook.errors import UsageError, disk_full_as_error
 from runbook.report.secrets import redact_data
 from runbook.spec.models import Runbook, Stage
 from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.verdict import Verdict
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Observer(Protocol):
     ) -> None: ...
     def probe_done(self, stage: Stage, result: CommandResult) -> None: ...
     def stage_done(self, stage: Stage, record: StageRecord) -> None: ...
-    def run_done(self, verdict: Mapping[str, Any]) -> None: ...
+    def run_done(self, verdict: Verdict) -> None: ...
 
 
 class NullObserver:
@@ -58,7 +59,7 @@ class NullObserver:
     def stage_done(self, stage: Stage, record: StageRecord) -> None:
         pass
 
-    def run_done(self, verdict: Mapping[str, Any]) -> None:
+    def run_done(self, verdict: Verdict) -> None:
         pass
 
 
@@ -126,9 +127,9 @@ class RunDirectory:
         with disk_full_as_error(self.path):
             _atomic_json(self.path / "state.json", state)
 
-    def save_verdict(self, verdict: Mapping[str, Any]) -> None:
+    def save_verdict(self, verdict: Verdict) -> None:
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / "verdict.json", verdict)
+            _atomic_json(self.path / "verdict.json", verdict.to_json())
 
     def close(self) -> None:
         if self._events >= 0:
@@ -138,7 +139,7 @@ class RunDirectory:
 
 @dataclass
 class RunResult:
-    verdict: dict[str, Any]
+    verdict: Verdict
     conductor: Conductor
     results: dict[str, CommandResult] = field(default_factory=dict)
     node: str = ""
@@ -365,7 +366,7 @@ def execute(
         target=transport.description,
         local_utc_offset=ctx.get("utc_offset"),
     )
-    verdict["duration_s"] = round(time.monotonic() - started, 3)
+    verdict = verdict.annotated(duration_s=round(time.monotonic() - started, 3))
     if run_dir:
         meta = bundle_mod.BundleMeta(
             node=node,
@@ -375,7 +376,7 @@ def execute(
         )
         bundle_mod.write_bundle(run_dir.bundle, meta, ())
         run_dir.save_verdict(verdict)
-        run_dir.event("run-done", root_cause=verdict["root_cause"])
+        run_dir.event("run-done", root_cause=verdict.root_cause)
     observer.run_done(verdict)
     return RunResult(verdict, conductor, all_results, node, run_dir.path if run_dir else None)
 

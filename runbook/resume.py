@@ -36,6 +36,7 @@ from typing import Any
 from runbook.errors import SpecError, StateError
 from runbook.report.secrets import redact_data
 from runbook.spec.models import Runbook
+from runbook.verdict import Verdict, VerdictError
 
 RECORD = "run.json"
 LEDGER = "approvals.json"
@@ -215,11 +216,14 @@ def read_state(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def read_verdict(path: Path) -> dict[str, Any] | None:
+def read_verdict(path: Path) -> Verdict | None:
     data = _read_json(path / "verdict.json")
-    if data is not None and not isinstance(data, dict):
-        raise StateError(f"{path / 'verdict.json'}: not a verdict")
-    return data
+    if data is None:
+        return None
+    try:
+        return Verdict.from_json(data)
+    except VerdictError as exc:
+        raise StateError(f"{path / 'verdict.json'}: not a verdict: {exc.one_line()}") from None
 
 
 def events(path: Path) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from runbook.errors import RunbookError
@@ -69,6 +69,11 @@ def _rest(data: Mapping[str, Any], known: set[str]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in known}
 
 
+def _strings(data: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """`data[key]` (absent: empty), a list of text."""
+    return _list(data, key, where, lambda item, _where: str(item))
+
+
 def _opt(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if data.get(key) is None:
         return None
@@ -83,6 +88,11 @@ class EvidenceRef:
     line: int | None = None
     time: str | None = None
     text: str | None = None
+
+    @property
+    def where(self) -> str:
+        """`source:line`, or the source alone when the line is unknown."""
+        return f"{self.source}:{self.line}" if self.line else self.source
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"source": self.source}
@@ -158,8 +168,22 @@ class StageSummary:
     status: str
     title: str | None = None
     facts: Mapping[str, Any] = field(default_factory=dict)
-    #: everything else the stage summary carries (findings, errors, not_collected, reason)
+    #: what the stage's rules found, as text
+    findings: tuple[str, ...] = ()
+    #: a parser's or a rule's error (the stage's other evidence was still read)
+    errors: tuple[str, ...] = ()
+    #: probe name → why its file could not be collected
+    not_collected: Mapping[str, str] = field(default_factory=dict)
+    reason: str | None = None
+    #: everything else a newer writer added, kept as it is
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def parser_facts(self, parser: str) -> Mapping[str, Any] | None:
+        """The facts `parser` read in this stage, when it collected any."""
+        facts = self.facts.get(parser)
+        if isinstance(facts, Mapping) and facts.get("collected") is not False:
+            return facts
+        return None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"id": self.id}
@@ -167,6 +191,14 @@ class StageSummary:
             out["title"] = self.title
         out["status"] = self.status
         out["facts"] = dict(self.facts)
+        if self.findings:
+            out["findings"] = list(self.findings)
+        if self.errors:
+            out["errors"] = list(self.errors)
+        if self.not_collected:
+            out["not_collected"] = dict(self.not_collected)
+        if self.reason is not None:
+            out["reason"] = self.reason
         out.update(self.extra)
         return out
 
@@ -174,14 +206,19 @@ class StageSummary:
     def from_json(cls, data: Any, where: str) -> StageSummary:
         data = _object(data, where)
         facts = data.get("facts") or {}
-        if not isinstance(facts, Mapping):
-            raise VerdictError(f"{where}.facts: expected an object")
-        known = {"id", "title", "status", "facts"}
+        not_collected = data.get("not_collected") or {}
+        if not isinstance(facts, Mapping) or not isinstance(not_collected, Mapping):
+            raise VerdictError(f"{where}: facts and not_collected must be objects")
+        known = {"id", "title", "status", "facts", "findings", "errors", "not_collected", "reason"}
         return cls(
             id=_need(data, "id", str, where),
             status=_need(data, "status", str, where),
             title=_opt(data, "title", str, where),
             facts=dict(facts),
+            findings=_strings(data, "findings", where),
+            errors=_strings(data, "errors", where),
+            not_collected={str(k): str(v) for k, v in not_collected.items()},
+            reason=_opt(data, "reason", str, where),
             extra=_rest(data, known),
         )
 
@@ -246,6 +283,32 @@ class Verdict:
     format: int = FORMAT
     #: fields this version does not model (timeline, a newer writer's additions): kept as-is
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def timeline(self) -> list[dict[str, Any]]:
+        """The node's merged timeline (DESIGN §5 leaves it to the writer: kept as JSON)."""
+        value = self.extra.get("timeline")
+        return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
+
+    @property
+    def is_finding(self) -> bool:
+        """The verdict names a root cause (neither healthy nor inconclusive)."""
+        return self.root_cause not in ("healthy", "inconclusive")
+
+    def stage(self, stage_id: str) -> StageSummary | None:
+        return next((s for s in self.stages if s.id == stage_id), None)
+
+    def facts_of(self, parser: str) -> Mapping[str, Any]:
+        """The first walked stage's facts of `parser` ({} when no stage collected them)."""
+        for stage in self.stages:
+            facts = stage.parser_facts(parser)
+            if facts is not None:
+                return facts
+        return {}
+
+    def annotated(self, **fields: Any) -> Verdict:
+        """This verdict with writer fields added beside the contract's (duration_s, …)."""
+        return replace(self, extra={**self.extra, **fields})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"format": self.format, "node": self.node}

@@ -1,6 +1,6 @@
 """From a finished walk to the verdict object of DESIGN §5 (a contract: add fields only).
 
-Pure: takes the conductor, returns a JSON-ready dict. The named steps:
+Pure: takes the conductor, returns the typed `runbook.verdict.Verdict`. The named steps:
 
 - `finding_role`: a finding's causal role (its rule's `role:`, else its evidence's, else
   `cause` when it names one, else `local-error`);
@@ -307,7 +307,7 @@ def confidence_of(
 
 def build_verdict(
     conductor: Conductor, *, node: str, target: str = "", local_utc_offset: str | None = None
-) -> dict[str, Any]:
+) -> typed.Verdict:
     """The verdict; `local_utc_offset` (`date +%z` of the node) places naive log times."""
     runbook = conductor.runbook
     local = utc_offset(local_utc_offset)
@@ -435,8 +435,7 @@ def build_verdict(
         extra={"timeline": build_timeline(conductor, local)},
     )
     # a credential a log line carried never reaches a verdict, a report or a sweep result
-    redacted: dict[str, Any] = redact_data(verdict.to_json())
-    return redacted
+    return typed.Verdict.from_json(redact_data(verdict.to_json()))
 
 
 def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:
@@ -459,10 +458,8 @@ def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:
     return data
 
 
-def summarize(verdict: Mapping[str, Any]) -> str:
+def summarize(verdict: typed.Verdict) -> str:
     """One line for logs and sweep tables."""
-    first = verdict.get("first_anomaly") or {}
-    where = (
-        f" (first anomaly: {first.get('source')}:{first.get('line')})" if first.get("line") else ""
-    )
-    return f"{verdict['node']}: {verdict['root_cause']} [{verdict['confidence']}]{where}"
+    first = verdict.first_anomaly
+    where = f" (first anomaly: {first.where})" if first and first.line else ""
+    return f"{verdict.node}: {verdict.root_cause} [{verdict.confidence}]{where}"

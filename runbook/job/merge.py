@@ -25,6 +25,7 @@ from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
 from runbook.sweep.results import HostResult
+from runbook.verdict import EvidenceRef, Verdict
 
 #: failures on this share of the reached nodes (and at least 3 of them, or every node of a
 #: 2-node job) within SHARED_WINDOW_S of each other are one shared cause
@@ -33,13 +34,19 @@ SHARED_WINDOW_S = 5.0
 NOT_A_CAUSE = ("healthy", "inconclusive")
 
 
-def stage_facts(verdict: Mapping[str, Any] | None, parser: str) -> dict[str, Any]:
+def stage_facts(verdict: Verdict | None, parser: str) -> Mapping[str, Any]:
     """The first stage's facts of `parser` in a node verdict ({} when none)."""
-    for stage in (verdict or {}).get("stages") or []:
-        facts = (stage.get("facts") or {}).get(parser)
-        if isinstance(facts, Mapping) and facts.get("collected") is not False:
-            return dict(facts)
-    return {}
+    return verdict.facts_of(parser) if verdict is not None else {}
+
+
+#: a line's place: a verdict's evidence, or a parser fact that has source, line and time
+Located = EvidenceRef | Mapping[str, Any]
+
+
+def _place(where: Located) -> tuple[Any, Any, Any]:
+    if isinstance(where, EvidenceRef):
+        return where.source, where.line, where.time
+    return where.get("source"), where.get("line"), where.get("time")
 
 
 def _iso(moment: dt.datetime | None) -> str | None:
@@ -57,18 +64,18 @@ class NodeClock:
         self.uncertainty = float(clock.get("uncertainty_s") or 0.0)
         self.measured = result.clock is not None
         self._utc: dict[tuple[Any, Any], dt.datetime] = {}
-        for entry in (result.verdict or {}).get("timeline") or []:
+        for entry in result.verdict.timeline if result.verdict else ():
             moment = parse_time(entry.get("time"))
             if moment is not None:
                 self._utc[(entry.get("source"), entry.get("line"))] = moment
 
-    def node_time(self, evidence: Mapping[str, Any]) -> dt.datetime | None:
+    def node_time(self, evidence: Located) -> dt.datetime | None:
         """The evidence's time by the node's clock, in UTC (from the node's own timeline,
         which placed naive times with the node's UTC offset)."""
-        known = self._utc.get((evidence.get("source"), evidence.get("line")))
-        return known or parse_time(evidence.get("time"))
+        source, line, time = _place(evidence)
+        return self._utc.get((source, line)) or parse_time(time)
 
-    def corrected(self, evidence: Mapping[str, Any]) -> dt.datetime | None:
+    def corrected(self, evidence: Located) -> dt.datetime | None:
         raw = self.node_time(evidence)
         return None if raw is None else raw - dt.timedelta(seconds=self.offset)
 
@@ -85,8 +92,8 @@ def causal(anomalies: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         time_of=lambda a: a["when"],
         role_of=lambda a: a.get("role") or "cause",
         position_of=lambda a: (
-            f"{a['node']}:{a['evidence'].get('source') or ''}",
-            a["evidence"].get("line") if isinstance(a["evidence"].get("line"), int) else 1 << 62,
+            f"{a['node']}:{a['evidence'].source if a['evidence'] else ''}",
+            a["evidence"].line if a["evidence"] and a["evidence"].line else 1 << 62,
         ),
     )
 
@@ -95,23 +102,23 @@ def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any
     """The node's findings that blame a cause, each at its earliest corrected evidence time
     (None when its evidence has no time), in causal order."""
     out = []
-    for link in (result.verdict or {}).get("chain") or []:
-        if not link.get("cause") or link.get("role") in _NOT_BLAMING:
+    for link in result.verdict.chain if result.verdict else ():
+        if not link.cause or link.role in _NOT_BLAMING:
             continue
-        evidence_list = link.get("evidence") or []
-        timed = [(t, e) for e in evidence_list if (t := clock.corrected(e))]
+        timed = [(t, e) for e in link.evidence if (t := clock.corrected(e))]
         when: dt.datetime | None
+        evidence: EvidenceRef | None
         if timed:
             when, evidence = min(timed, key=lambda x: x[0])
         else:
-            when, evidence = None, (evidence_list[0] if evidence_list else {})
+            when, evidence = None, (link.evidence[0] if link.evidence else None)
         out.append(
             {
                 "node": result.host,
-                "cause": link["cause"],
-                "finding": link["finding"],
-                "stage": link.get("stage"),
-                "role": link.get("role") or "cause",
+                "cause": link.cause,
+                "finding": link.finding,
+                "stage": link.stage,
+                "role": link.role or "cause",
                 "when": when,
                 "evidence": evidence,
             }
@@ -119,17 +126,22 @@ def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any
     return causal(out)
 
 
-def _text_of(result: HostResult, evidence: Mapping[str, Any]) -> str:
-    for entry in (result.verdict or {}).get("timeline") or []:
-        if (entry.get("source"), entry.get("line")) == (
-            evidence.get("source"),
-            evidence.get("line"),
-        ):
+def _text_of(result: HostResult, evidence: EvidenceRef | None) -> str:
+    if result.verdict is None or evidence is None:
+        return ""
+    for entry in result.verdict.timeline:
+        if (entry.get("source"), entry.get("line")) == (evidence.source, evidence.line):
             return str(entry.get("text") or "")
-    first = (result.verdict or {}).get("first_anomaly") or {}
-    if (first.get("source"), first.get("line")) == (evidence.get("source"), evidence.get("line")):
-        return str(first.get("text") or "")
+    first = result.verdict.first_anomaly
+    if first and (first.source, first.line) == (evidence.source, evidence.line):
+        return first.text or ""
     return ""
+
+
+def _cite(evidence: EvidenceRef | None, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The fields `keys` of a piece of evidence, as the job verdict writes them."""
+    data = evidence.to_json() if evidence else {}
+    return {k: data[k] for k in keys if k in data}
 
 
 def merged_timeline(results: Sequence[HostResult], limit: int = 600) -> list[dict[str, Any]]:
@@ -138,7 +150,7 @@ def merged_timeline(results: Sequence[HostResult], limit: int = 600) -> list[dic
     entries = []
     for result in results:
         clock = NodeClock(result)
-        for entry in (result.verdict or {}).get("timeline") or []:
+        for entry in result.verdict.timeline if result.verdict else ():
             raw = parse_time(entry.get("time"))
             if raw is None:
                 continue
@@ -217,7 +229,7 @@ def shared_cause(
     return None
 
 
-def _value(metric: str, verdict: Mapping[str, Any] | None) -> Any:
+def _value(metric: str, verdict: Verdict | None) -> Any:
     if metric == "xid":
         return len(stage_facts(verdict, "dmesg").get("xids") or [])
     if metric == "aer":
@@ -304,7 +316,7 @@ def _max(spread: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def _node_memory(host: str, verdict: Mapping[str, Any] | None, ranks: int | None) -> dict[str, Any]:
+def _node_memory(host: str, verdict: Verdict | None, ranks: int | None) -> dict[str, Any]:
     """One node's row: its cgroup's peak and limit, and what one rank costs there — from the
     live processes when the node still had them (the rank's own anon plus its workers' own
     anon, lesson 5's terms), else the cgroup's peak shared over the node's ranks."""
@@ -367,7 +379,12 @@ def _gib(value: Any) -> str:
 
 
 def _who(anomaly: Mapping[str, Any], table: Sequence[Mapping[str, Any]]) -> str:
-    where = (anomaly["node"], anomaly["evidence"].get("source"), anomaly["evidence"].get("line"))
+    evidence: EvidenceRef | None = anomaly["evidence"]
+    where = (
+        anomaly["node"],
+        evidence.source if evidence else None,
+        evidence.line if evidence else None,
+    )
     rank = next(
         (
             r["rank"]
@@ -429,7 +446,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
     if first is not None:
         root_cause, scope = first["cause"], "shared" if shared else "node"
     else:
-        causes = [str(r.verdict.get("root_cause")) for r in swept if r.verdict]
+        causes = [r.verdict.root_cause for r in swept if r.verdict]
         named = [c for c in causes if c not in NOT_A_CAUSE]
         root_cause = (
             named[0]
@@ -458,9 +475,9 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
     if first is not None:
         result = next(r for r in swept if r.host == first["node"])
         clock = clocks[first["node"]]
-        raw = clock.node_time(first["evidence"])
+        raw = clock.node_time(first["evidence"]) if first["evidence"] else None
         first_anomaly = {
-            **{k: first["evidence"][k] for k in ("source", "line") if k in first["evidence"]},
+            **_cite(first["evidence"], ("source", "line")),
             "node": first["node"],
             "time": _iso(first["when"]),
             "node_time": _iso(raw) if raw else None,
@@ -473,17 +490,17 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
 
     proposals = []
     for result in swept:
-        for proposal in (result.verdict or {}).get("proposals") or []:
-            if shared and proposal.get("kind") == "node-drain":
+        for proposal in result.verdict.proposals if result.verdict else ():
+            if shared and proposal.kind == "node-drain":
                 continue  # one shared cause is not N node faults: no drain of every node
-            proposals.append({**proposal, "node": result.host})
+            proposals.append({**proposal.to_json(), "node": result.host})
     proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
 
     ruled: dict[str, dict[str, Any]] = {}
     for result in swept:
-        for out in (result.verdict or {}).get("ruled_out") or []:
-            if out.get("cause") != root_cause:
-                ruled.setdefault(str(out.get("cause")), {**out, "nodes": []})["nodes"].append(
+        for out in result.verdict.ruled_out if result.verdict else ():
+            if out.cause != root_cause:
+                ruled.setdefault(out.cause, {**out.to_json(), "nodes": []})["nodes"].append(
                     result.host
                 )
     return {
@@ -511,9 +528,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
                 "finding": a["finding"],
                 "cause": a["cause"],
                 "time": _iso(a["when"]),
-                "evidence": [
-                    {k: a["evidence"][k] for k in ("source", "line", "time") if k in a["evidence"]}
-                ],
+                "evidence": [_cite(a["evidence"], ("source", "line", "time"))],
             }
             for a in ordered
         ],
@@ -530,7 +545,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
 def _node_row(
     result: HostResult, clock: NodeClock, first: Mapping[str, Any] | None, spec: JobSpec
 ) -> dict[str, Any]:
-    verdict = result.verdict or {}
+    verdict = result.verdict
     scheduled = [r for r in spec.ranks if r.node == result.host]
     return {
         "node": result.host,
@@ -539,8 +554,8 @@ def _node_row(
         "gpus": sorted({g for r in scheduled for g in r.gpus}),
         "target": result.target,
         "status": result.status.value,
-        "root_cause": verdict.get("root_cause"),
-        "confidence": verdict.get("confidence"),
+        "root_cause": verdict.root_cause if verdict else None,
+        "confidence": verdict.confidence if verdict else None,
         "error": result.error,
         "clock": (
             {"offset_s": round(clock.offset, 6), "uncertainty_s": round(clock.uncertainty, 6)}
@@ -551,7 +566,7 @@ def _node_row(
             {
                 "time": _iso(first["when"]),
                 "cause": first["cause"],
-                **{k: first["evidence"][k] for k in ("source", "line") if k in first["evidence"]},
+                **_cite(first["evidence"], ("source", "line")),
             }
             if first
             else None

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook.job.models import JobSpec, RankSpec
 from runbook.sweep.results import HostResult
+from runbook.verdict import Verdict
 
 if TYPE_CHECKING:
     from runbook.job.merge import NodeClock
@@ -37,20 +38,18 @@ def _iso(moment: dt.datetime | None) -> str | None:
     )
 
 
-def _facts(verdict: Mapping[str, Any] | None, parser: str) -> dict[str, Any]:
-    from runbook.job.merge import stage_facts
-
-    return stage_facts(verdict, parser)
+def _facts(verdict: Verdict | None, parser: str) -> Mapping[str, Any]:
+    return verdict.facts_of(parser) if verdict is not None else {}
 
 
 def _own_oom_kills(result: HostResult) -> list[dict[str, Any]]:
     """The OOM kills the node's verdict blamed (its host-memory-oom chain evidence that is a
     dmesg memcg record), with the killed pid where dmesg gave it."""
     blamed = {
-        (e.get("source"), e.get("line"))
-        for link in (result.verdict or {}).get("chain") or []
-        if link.get("cause") == "host-memory-oom"
-        for e in link.get("evidence") or []
+        (e.source, e.line)
+        for link in (result.verdict.chain if result.verdict else ())
+        if link.cause == "host-memory-oom"
+        for e in link.evidence
     }
     kills = []
     for oom in _facts(result.verdict, "dmesg").get("memcg_ooms") or []:

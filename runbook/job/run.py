@@ -50,7 +50,7 @@ def named_by_hostname(spec: JobSpec, hosts: list[HostResult]) -> tuple[JobSpec, 
     names = {h.host for h in hosts}
     rename: dict[str, str] = {}
     for host in hosts:
-        reported = str((host.verdict or {}).get("node") or "")
+        reported = host.verdict.node if host.verdict else ""
         if (
             _is_address(host.host)
             and reported

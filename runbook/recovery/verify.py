@@ -32,6 +32,7 @@ from runbook.remedies.store import Proposal
 from runbook.remedies.verification import record, verifiable
 from runbook.report.secrets import redact_data
 from runbook.transports.base import Transport
+from runbook.verdict import Verdict
 
 RUNBOOK = "nccl-recovery-check"
 MEMORY_KINDS = ("memory-limit", "reduce-loader-memory")
@@ -57,7 +58,7 @@ class VerifyResult:
     proposal: Proposal
     verified: bool
     reason: str
-    verdict: dict[str, Any]
+    verdict: Verdict
     replay: ReplayOutcome | None
     replay_note: str | None
     run_dir: Path | None = None
@@ -135,17 +136,16 @@ def runbook_variables(proposal: Proposal, given: Mapping[str, Any]) -> dict[str,
     return out
 
 
-def collective_summary(verdict: Mapping[str, Any]) -> dict[str, Any]:
-    stages: list[dict[str, Any]] = list(verdict.get("stages") or [])
-    stage = next((s for s in stages if s.get("id") == "collective-test"), {})
-    facts = (stage.get("facts") or {}).get("nccl_recovery") or {}
-    chain = verdict.get("chain") or []
+def collective_summary(verdict: Verdict) -> dict[str, Any]:
+    stage = verdict.stage("collective-test")
+    facts = (stage.facts.get("nccl_recovery") if stage else None) or {}
+    chain = verdict.chain
     return {
-        "root_cause": verdict.get("root_cause"),
-        "confidence": verdict.get("confidence"),
+        "root_cause": verdict.root_cause,
+        "confidence": verdict.confidence,
         "failed": facts.get("failed") or [],
         "criteria": facts.get("criteria") or {},
-        "summary": facts.get("summary") or (chain[0]["finding"] if chain else ""),
+        "summary": facts.get("summary") or (chain[0].finding if chain else ""),
         "threshold": facts.get("threshold"),
         "transport": facts.get("transport"),
         "bandwidth": facts.get("bandwidth"),
@@ -167,7 +167,6 @@ def verify(
     actor: str | None = None,
     on_stage: Callable[[Stage], None] | None = None,
     on_result: Callable[[StageResult], None] | None = None,
-    on_collective: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> VerifyResult:
     from runbook.executor import RunDirectory, execute
     from runbook.spec import load_file, resolve
@@ -186,15 +185,13 @@ def verify(
         if directory:
             directory.close()
     verdict = walked.verdict
-    if on_collective:
-        on_collective(verdict)
     collective = collective_summary(verdict)
     outcome = run_replay(transport, spec, on_stage=on_stage, on_result=on_result) \
         if spec is not None else None
-    healthy = verdict.get("root_cause") == "healthy"
+    healthy = verdict.root_cause == "healthy"
     replay_needed = proposal.kind in MEMORY_KINDS and not request.skip
     if not healthy:
-        reason = f"collective test: {verdict.get('root_cause')}: {collective['summary']}"
+        reason = f"collective test: {verdict.root_cause}: {collective['summary']}"
     elif outcome is not None and not outcome.passed:
         reason = f"staged replay: {outcome.reason}"
     elif outcome is None and replay_needed:
@@ -207,9 +204,9 @@ def verify(
     details: dict[str, Any] = {
         "runbook": RUNBOOK,
         "target": transport.description,
-        "node": verdict.get("node"),
+        "node": verdict.node,
         "run_dir": str(walked.run_dir) if walked.run_dir else None,
-        "root_cause": verdict.get("root_cause"),
+        "root_cause": verdict.root_cause,
         "layers": {
             "collective": collective,
             "replay": outcome.as_dict() if outcome is not None else {"skipped": note},

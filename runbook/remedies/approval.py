@@ -29,6 +29,7 @@ from runbook.remedies.audit import AuditLog
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import Proposal, Store
 from runbook.spec.models import ADVICE_KINDS
+from runbook.verdict import Verdict
 
 
 class Refused(RunbookError):
@@ -70,13 +71,14 @@ class Execution:
         return self.apply is not None and self.apply.ok
 
 
-def _evidence(verdict: Mapping[str, Any]) -> dict[str, Any]:
+def _evidence(verdict: Verdict) -> dict[str, Any]:
+    first = verdict.first_anomaly
     return {
-        "root_cause": verdict.get("root_cause"),
-        "confidence": verdict.get("confidence"),
-        "surfaced_as": verdict.get("surfaced_as"),
-        "first_anomaly": verdict.get("first_anomaly"),
-        "chain": verdict.get("chain") or [],
+        "root_cause": verdict.root_cause,
+        "confidence": verdict.confidence,
+        "surfaced_as": verdict.surfaced_as,
+        "first_anomaly": first.to_json() if first else None,
+        "chain": [link.to_json() for link in verdict.chain],
     }
 
 
@@ -105,7 +107,7 @@ class Desk:
     # ------------------------------------------------------------------------------ queue
     def queue_verdict(
         self,
-        verdict: Mapping[str, Any],
+        verdict: Verdict,
         *,
         node: str,
         target: plans.Target | None,
@@ -117,15 +119,15 @@ class Desk:
         """Queue each executable proposal of a verdict (advice kinds, and proposals whose plan
         lacks an input — `requires_approval: false` — are not queued)."""
         out: list[Queued] = []
-        for proposal in verdict.get("proposals") or []:
-            if proposal.get("kind") in ADVICE_KINDS:
-                continue
-            if proposal.get("requires_approval") is False:
+        for typed_proposal in verdict.proposals:
+            if typed_proposal.kind in ADVICE_KINDS or not typed_proposal.requires_approval:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve
                 continue
-            key = f"{node}:{proposal['id']}"
+            # the plan reads the proposal's JSON (its params and the remedy's extra fields)
+            proposal = typed_proposal.to_json()
+            key = f"{node}:{typed_proposal.id}"
             ctx = self._context(node=node, target=target, variables=variables,
-                                root_cause=verdict.get("root_cause"), key=key)
+                                root_cause=verdict.root_cause, key=key)
             plan: plans.Plan | None = None
             plan_error: str | None = None
             try:
@@ -142,7 +144,7 @@ class Desk:
                 source=source,
                 ttl=self.config.ttl,
                 node=node,
-                root_cause=verdict.get("root_cause"),
+                root_cause=verdict.root_cause,
                 playbook=plan.playbook if plan else proposal.get("playbook"),
                 plan=plan.as_dict() if plan else {"error": plan_error},
                 target=target.as_dict() if target else None,
@@ -268,7 +270,7 @@ class Desk:
         as_user: str | None = None,
         recheck: bool = True,
         on_task: Callable[[TaskOutcome], None] | None = None,
-        recheck_fn: Callable[[Proposal], Mapping[str, Any]] | None = None,
+        recheck_fn: Callable[[Proposal], Verdict | None] | None = None,
         guard_fn: Callable[[Proposal, plans.Plan], tuple[bool, str]] | None = None,
         checked: PlaybookResult | None = None,
     ) -> Execution:
@@ -308,19 +310,20 @@ class Desk:
             )
         if recheck and recheck_fn is not None:
             verdict = recheck_fn(proposal)
-            kinds = {p.get("kind") for p in verdict.get("proposals") or []}
+            found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
+            kinds = {p.kind for p in verdict.proposals} if verdict else set()
             self.record(
                 "rechecked",
                 pid,
                 actor,
-                {"root_cause": verdict.get("root_cause"), "proposes": sorted(map(str, kinds))},
+                {"root_cause": verdict.root_cause if verdict else None, "proposes": sorted(kinds)},
             )
             if proposal.kind not in kinds:
                 raise self._refuse(
                     proposal,
                     actor,
                     f"evidence no longer holds: a re-check now finds "
-                    f"{verdict.get('root_cause')} and proposes no {proposal.kind}",
+                    f"{found} and proposes no {proposal.kind}",
                 )
         if guard_fn is not None and proposal.kind == "node-drain":
             allowed, why = guard_fn(proposal, plan)

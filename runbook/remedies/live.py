@@ -6,23 +6,24 @@ from __future__ import annotations
 import json
 import subprocess
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from runbook.errors import RunbookError
 from runbook.remedies import plans
 from runbook.remedies.store import Proposal
+from runbook.verdict import Verdict
 
 
-def recheck(proposal: Proposal) -> Mapping[str, Any]:
-    """Walk the proposal's runbook again, read-only, on the node it came from; the verdict."""
+def recheck(proposal: Proposal) -> Verdict | None:
+    """Walk the proposal's runbook again, read-only, on the node it came from; the verdict
+    (None when the proposal names no target or runbook to walk)."""
     from runbook.executor import NullObserver, RunDirectory, execute
     from runbook.spec import load_file, resolve
     from runbook.targets import TargetOptions, open_target
 
     if not proposal.target or not proposal.runbook:
-        return {"root_cause": "unknown", "proposals": []}
+        return None
     target = plans.Target.from_dict(proposal.target)
     runbook = load_file(resolve(proposal.runbook))
     options = TargetOptions(

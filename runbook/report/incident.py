@@ -165,7 +165,7 @@ def check_map_path(map_path: Path, *outputs: Path) -> None:
 @dataclass
 class Report:
     text: str
-    verdict: dict[str, Any]
+    verdict: Verdict
     sanitizer: Sanitizer | None
 
 
@@ -173,7 +173,7 @@ def _is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "verdict.json").is_file() and (path / "bundle").is_dir()
 
 
-def _analyse(path: Path, runbook_ref: str, variables: dict[str, Any]) -> dict[str, Any]:
+def _analyse(path: Path, runbook_ref: str, variables: dict[str, Any]) -> Verdict:
     from runbook.bundle import replay_defaults
     from runbook.executor import execute
     from runbook.spec import load_file, resolve
@@ -201,19 +201,18 @@ def build_report(
     """The incident report of a run directory or a bundle (directory or .tar.gz)."""
     if _is_run_dir(path):
         try:
-            verdict = json.loads((path / "verdict.json").read_text(encoding="utf-8"))
+            data = json.loads((path / "verdict.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BundleError(f"{path / 'verdict.json'}: unreadable verdict: {exc}") from None
         try:
             # the typed verdict says which field of a hand-edited or damaged file is wrong
-            Verdict.from_json(verdict)
+            verdict = Verdict.from_json(redact_data(data))
         except VerdictError as exc:
             raise BundleError(f"{path / 'verdict.json'}: not a verdict: {exc.one_line()}") from None
         bundle_path = path / "bundle"
     else:
         verdict = _analyse(path, runbook_ref, dict(variables or {}))
         bundle_path = path
-    verdict = redact_data(verdict)
     sanitizer = None
     if sanitize:
         opened = bundle_mod.Bundle.open(bundle_path)
@@ -221,10 +220,9 @@ def build_report(
             sanitizer = learn(opened.root)
         finally:
             opened.close()
-        verdict = sanitizer.data(verdict)
-        verdict["sanitized"] = True
+        verdict = Verdict.from_json(sanitizer.data(verdict.to_json())).annotated(sanitized=True)
     if fmt == "json":
-        text = json.dumps(verdict, indent=2, default=str) + "\n"
+        text = json.dumps(verdict.to_json(), indent=2, default=str) + "\n"
     else:
         text = markdown.render(verdict)
         if sanitize:

@@ -4,8 +4,10 @@ was ruled out and why, the fixes in the order to apply them, and every stage."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
+
+from runbook.verdict import Verdict
 
 #: rows of the timeline shown (the JSON verdict keeps them all)
 TIMELINE_ROWS = 40
@@ -20,17 +22,9 @@ def _gib(value: float) -> str:
     return text
 
 
-def _stage_facts(verdict: Mapping[str, Any], parser: str) -> Mapping[str, Any]:
-    for stage in verdict.get("stages", []):
-        facts = stage.get("facts", {}).get(parser)
-        if isinstance(facts, Mapping) and facts.get("collected", True):
-            return facts
-    return {}
-
-
-def arithmetic(verdict: Mapping[str, Any]) -> Iterator[str]:
+def arithmetic(verdict: Verdict) -> Iterator[str]:
     """The conversions behind the figures, written out so a reader can check them."""
-    dmesg = _stage_facts(verdict, "dmesg")
+    dmesg = verdict.facts_of("dmesg")
     seen: set[tuple[int, int]] = set()
     for oom in dmesg.get("memcg_ooms", []) or []:
         usage, limit = oom.get("usage_bytes"), oom.get("limit_bytes")
@@ -61,7 +55,7 @@ def arithmetic(verdict: Mapping[str, Any]) -> Iterator[str]:
             f"`size of {pages:#x} pages` (dmesg.txt:{pin.get('line')}): {pages:#x} pages × "
             f"{page_size // 1024} KiB = {_gib(size / 1024**3)} GiB the driver could not pin"
         )
-    cgroup = _stage_facts(verdict, "cgroup")
+    cgroup = verdict.facts_of("cgroup")
     if isinstance(cgroup.get("limit_bytes"), int) and isinstance(cgroup.get("peak_bytes"), int):
         yield (
             f"cgroup v{cgroup.get('version')}: peak {_gib(cgroup['peak_bytes'] / 1024**3)} GiB of "
@@ -71,41 +65,34 @@ def arithmetic(verdict: Mapping[str, Any]) -> Iterator[str]:
         )
 
 
-def render(verdict: Mapping[str, Any]) -> str:
-    cause = verdict["root_cause"]
-    lines = [f"# {verdict['node']}: {cause}", ""]
-    lines.append(f"**Conclusion:** `{cause}` (confidence {verdict['confidence']}).")
-    if verdict.get("surfaced_as"):
+def render(verdict: Verdict) -> str:
+    cause = verdict.root_cause
+    lines = [f"# {verdict.node}: {cause}", ""]
+    lines.append(f"**Conclusion:** `{cause}` (confidence {verdict.confidence}).")
+    if verdict.surfaced_as:
         lines.append(
-            f"The job surfaced it as `{_cell(verdict['surfaced_as'])}`: that is where the failure "
+            f"The job surfaced it as `{_cell(verdict.surfaced_as)}`: that is where the failure "
             "showed, not where it started."
         )
-    first = verdict.get("first_anomaly")
+    first = verdict.first_anomaly
     if first:
-        where = str(first.get("source", ""))
-        if first.get("line"):
-            where += f":{first['line']}"
-        when = f" at {first['time']}" if first.get("time") else ""
-        lines += ["", f"**Earliest anomaly:** `{where}`{when}: `{_cell(first.get('text', ''))}`"]
-    if verdict.get("chain"):
+        when = f" at {first.time}" if first.time else ""
+        lines += ["", f"**Earliest anomaly:** `{first.where}`{when}: `{_cell(first.text or '')}`"]
+    if verdict.chain:
         lines += ["", "## Evidence chain", "", "```"]
-        for index, link in enumerate(verdict["chain"]):
+        for index, link in enumerate(verdict.chain):
             if index:
                 lines.append("        ↓")
-            cites = ", ".join(
-                f"{e.get('source')}:{e.get('line')}"
-                for e in link.get("evidence", [])[:3]
-                if e.get("line")
-            )
-            lines.append(f"{link['finding']}" + (f"   [{cites}]" if cites else ""))
-        if verdict.get("surfaced_as"):
-            lines += ["        ↓", f"surfaced as: {verdict['surfaced_as']}"]
+            cites = ", ".join(e.where for e in link.evidence[:3] if e.line)
+            lines.append(link.finding + (f"   [{cites}]" if cites else ""))
+        if verdict.surfaced_as:
+            lines += ["        ↓", f"surfaced as: {verdict.surfaced_as}"]
         lines.append("```")
     numbers = list(arithmetic(verdict))
     if numbers:
         lines += ["", "## The numbers", ""]
         lines += [f"- {n}" for n in numbers]
-    timeline = verdict.get("timeline") or []
+    timeline = verdict.timeline
     if timeline:
         anomalies = [e for e in timeline if e.get("anomaly")]
         shown = (anomalies + [e for e in timeline if not e.get("anomaly")])[:TIMELINE_ROWS]
@@ -117,21 +104,21 @@ def render(verdict: Mapping[str, Any]) -> str:
             lines.append(f"| {entry['time']} | {where} | {mark}{_cell(entry['text'])[:160]} |")
         if len(timeline) > len(shown):
             lines.append(f"\n({len(timeline) - len(shown)} more entries in the JSON verdict.)")
-    if verdict.get("also_seen"):
+    if verdict.also_seen:
         lines += ["", "## Also seen (not part of the chain)", ""]
-        lines += [f"- {link['finding']}" for link in verdict["also_seen"]]
-    if verdict.get("ruled_out"):
+        lines += [f"- {link.finding}" for link in verdict.also_seen]
+    if verdict.ruled_out:
         lines += ["", "## Ruled out", ""]
-        lines += [f"- **{o['cause']}**: {o['because']}" for o in verdict["ruled_out"]]
-    if verdict.get("proposals"):
+        lines += [f"- **{o.cause}**: {o.because}" for o in verdict.ruled_out]
+    if verdict.proposals:
         lines += ["", "## Fixes, in order", ""]
-        for index, proposal in enumerate(verdict["proposals"], start=1):
-            gate = " (needs approval)" if proposal.get("requires_approval") else ""
-            lines.append(f"{index}. `{proposal['kind']}`{gate}: {proposal['summary']}")
+        for index, proposal in enumerate(verdict.proposals, start=1):
+            gate = " (needs approval)" if proposal.requires_approval else ""
+            lines.append(f"{index}. `{proposal.kind}`{gate}: {proposal.summary}")
     lines += ["", "## Stages", "", "| stage | status | notes |", "|---|---|---|"]
-    for stage in verdict.get("stages", []):
-        notes = "; ".join(stage.get("findings", []) + stage.get("errors", []))
-        if not notes and stage.get("not_collected"):
-            notes = "not collected: " + ", ".join(stage["not_collected"])
-        lines.append(f"| {stage['id']} | {stage['status']} | {_cell(notes)} |")
+    for stage in verdict.stages:
+        notes = "; ".join(stage.findings + stage.errors)
+        if not notes and stage.not_collected:
+            notes = "not collected: " + ", ".join(stage.not_collected)
+        lines.append(f"| {stage.id} | {stage.status} | {_cell(notes)} |")
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from typing import Any
 from runbook.errors import disk_full_as_error
 from runbook.executor import _append_whole
 from runbook.sweep.results import HostResult
+from runbook.verdict import VerdictError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def read(directory: Path) -> Earlier | None:
         if line.get("event") == "host" and isinstance(line.get("result"), Mapping):
             try:
                 result = HostResult.from_dict(line["result"])
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, VerdictError):
                 continue
             earlier.results[result.host] = result
         elif line.get("event") == "finished":

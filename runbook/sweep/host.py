@@ -38,6 +38,7 @@ from runbook.sweep.knownhosts import KnownHosts
 from runbook.sweep.pool import Job
 from runbook.sweep.results import HostResult, Status, status_of
 from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.verdict import Verdict
 
 #: a probe is not started with less time than this left before the deadline
 MIN_PROBE_S = 0.05
@@ -225,7 +226,7 @@ class _Phase:
     def stage_done(self, stage: Stage, record: StageRecord) -> None:
         pass
 
-    def run_done(self, verdict: Mapping[str, Any]) -> None:
+    def run_done(self, verdict: Verdict) -> None:
         pass
 
 

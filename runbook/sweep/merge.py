@@ -17,6 +17,7 @@ from pathlib import Path
 from runbook.errors import UsageError
 from runbook.sweep.results import HostResult, SweepResult
 from runbook.sweep.shard import parse_shard
+from runbook.verdict import VerdictError
 
 
 def read_report(path: Path) -> SweepResult:
@@ -31,7 +32,7 @@ def read_report(path: Path) -> SweepResult:
         raise UsageError(f"{file}: not a sweep report (sweep.json of runbook sweep)")
     try:
         return SweepResult.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, VerdictError) as exc:
         raise UsageError(f"{file}: malformed sweep report: {exc}") from None
 
 

@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 from typing import Any
 
 from runbook.sweep.results import FAILING, NOT_SWEPT, HostResult, SweepResult
+from runbook.verdict import Verdict
 
 # characters XML 1.0 cannot carry at all (log lines can hold any of them)
 _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -18,23 +19,17 @@ def _clean(text: Any) -> str:
     return _INVALID_XML.sub("\ufffd", str(text))
 
 
-def _failure_text(host: HostResult) -> str:
-    verdict = host.verdict or {}
-    lines = [f"root cause: {verdict.get('root_cause')} ({verdict.get('confidence')})"]
-    if verdict.get("surfaced_as"):
-        lines.append(f"surfaced as: {verdict['surfaced_as']}")
-    first = verdict.get("first_anomaly") or {}
+def _failure_text(host: HostResult, verdict: Verdict) -> str:
+    lines = [f"root cause: {verdict.root_cause} ({verdict.confidence})"]
+    if verdict.surfaced_as:
+        lines.append(f"surfaced as: {verdict.surfaced_as}")
+    first = verdict.first_anomaly
     if first:
-        where = (
-            f"{first.get('source')}:{first.get('line')}"
-            if first.get("line")
-            else first.get("source")
-        )
-        lines.append(f"first anomaly: {where} {first.get('text') or ''}".rstrip())
-    for link in verdict.get("chain") or []:
-        lines.append(f"[{link.get('stage')}] {link.get('finding')}")
-    for proposal in verdict.get("proposals") or []:
-        lines.append(f"proposal {proposal.get('kind')}: {proposal.get('summary') or ''}".rstrip())
+        lines.append(f"first anomaly: {first.where} {first.text or ''}".rstrip())
+    for link in verdict.chain:
+        lines.append(f"[{link.stage}] {link.finding}")
+    for proposal in verdict.proposals:
+        lines.append(f"proposal {proposal.kind}: {proposal.summary}".rstrip())
     if host.queued:
         lines.append(f"queued for approval: {', '.join(host.queued)}")
     return "\n".join(lines)
@@ -73,18 +68,15 @@ def render(sweep: SweepResult) -> str:
                 "time": f"{host.duration_s:.3f}",
             },
         )
-        if host.status in FAILING:
-            verdict = host.verdict or {}
-            first = verdict.get("first_anomaly") or {}
-            summary = str(verdict.get("root_cause"))
-            if first.get("text"):
-                summary += f": {' '.join(str(first['text']).split())[:200]}"
+        if host.status in FAILING and host.verdict is not None:
+            verdict = host.verdict
+            summary = verdict.root_cause
+            if verdict.first_anomaly and verdict.first_anomaly.text:
+                summary += f": {' '.join(verdict.first_anomaly.text.split())[:200]}"
             failure = ET.SubElement(
-                case,
-                "failure",
-                {"message": _clean(summary), "type": str(verdict.get("root_cause"))},
+                case, "failure", {"message": _clean(summary), "type": verdict.root_cause}
             )
-            failure.text = _clean(_failure_text(host))
+            failure.text = _clean(_failure_text(host, verdict))
         elif host.status in NOT_SWEPT:
             error = ET.SubElement(
                 case,

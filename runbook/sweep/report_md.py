@@ -3,7 +3,6 @@ hosts that were not swept. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from runbook.sweep.results import (
@@ -15,6 +14,7 @@ from runbook.sweep.results import (
     SweepResult,
     ordered_findings,
 )
+from runbook.verdict import EvidenceRef
 
 #: hosts named per table row before "… and N more"
 ROW_NAMES = 12
@@ -31,15 +31,12 @@ def _names(hosts: list[HostResult]) -> str:
     return shown + (f", … and {len(names) - ROW_NAMES} more" if len(names) > ROW_NAMES else "")
 
 
-def _anomaly(first: Mapping[str, Any] | None) -> str:
+def _anomaly(first: EvidenceRef | None) -> str:
     if not first:
         return "none recorded"
-    where = str(first.get("source") or "?")
-    if first.get("line"):
-        where += f":{first['line']}"
-    when = f" at {first['time']}" if first.get("time") else ""
-    text = " ".join(str(first.get("text") or "").split())[:240].replace("`", "'")
-    return f"{where}{when}: `{text}`" if text else where + when
+    when = f" at {first.time}" if first.time else ""
+    text = " ".join((first.text or "").split())[:240].replace("`", "'")
+    return f"{first.where}{when}: `{text}`" if text else first.where + when
 
 
 def render(sweep: SweepResult) -> str:
@@ -81,20 +78,18 @@ def render(sweep: SweepResult) -> str:
     if not findings:
         lines.append("None: every swept host is healthy.")
     for host in findings:
-        verdict = host.verdict or {}
+        verdict = host.verdict
+        if verdict is None:
+            continue
         mark = " *reused*" if host.reused else ""
-        lines += [
-            f"### {host.host}: {verdict.get('root_cause')} ({verdict.get('confidence')}){mark}",
-            "",
-        ]
-        if verdict.get("surfaced_as"):
-            lines.append(f"- surfaced as: `{_cell(verdict['surfaced_as'])}`")
-        lines.append(f"- first anomaly: {_anomaly(verdict.get('first_anomaly'))}")
-        for link in verdict.get("chain") or []:
-            lines.append(f"- [{link.get('stage')}] {_cell(link.get('finding', ''))}")
-        proposals = [p for p in verdict.get("proposals") or [] if p.get("kind")]
-        if proposals:
-            kinds = ", ".join(str(p["kind"]) for p in proposals)
+        lines += [f"### {host.host}: {verdict.root_cause} ({verdict.confidence}){mark}", ""]
+        if verdict.surfaced_as:
+            lines.append(f"- surfaced as: `{_cell(verdict.surfaced_as)}`")
+        lines.append(f"- first anomaly: {_anomaly(verdict.first_anomaly)}")
+        for link in verdict.chain:
+            lines.append(f"- [{link.stage}] {_cell(link.finding)}")
+        if verdict.proposals:
+            kinds = ", ".join(p.kind for p in verdict.proposals)
             queued = f" (queued: {', '.join(host.queued)})" if host.queued else ""
             lines.append(f"- proposals: {kinds}{queued}")
         lines.append("")

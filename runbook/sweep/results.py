@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from runbook.verdict import Verdict
+
 SWEEP_FORMAT = 1
 
 
@@ -59,11 +61,10 @@ SEVERITY = (
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 
 
-def status_of(verdict: Mapping[str, Any]) -> Status:
-    cause = verdict.get("root_cause")
-    if cause == "healthy":
+def status_of(verdict: Verdict) -> Status:
+    if verdict.root_cause == "healthy":
         return Status.HEALTHY
-    if cause == "inconclusive" or not cause:
+    if verdict.root_cause == "inconclusive":
         return Status.INCONCLUSIVE
     return Status.FINDING
 
@@ -77,7 +78,7 @@ class HostResult:
     status: Status
     duration_s: float = 0.0
     groups: tuple[str, ...] = ()
-    verdict: dict[str, Any] | None = None
+    verdict: Verdict | None = None
     error: str | None = None
     #: ids of the proposals this host's verdict put in the approval queue
     queued: tuple[str, ...] = ()
@@ -90,7 +91,7 @@ class HostResult:
 
     @property
     def root_cause(self) -> str | None:
-        return None if self.verdict is None else str(self.verdict.get("root_cause") or "")
+        return None if self.verdict is None else self.verdict.root_cause
 
     def __repr__(self) -> str:
         what = self.root_cause or self.error or ""
@@ -106,7 +107,7 @@ class HostResult:
             "root_cause": self.root_cause,
         }
         if self.verdict is not None:
-            data["verdict"] = self.verdict
+            data["verdict"] = self.verdict.to_json()
         if self.error is not None:
             data["error"] = self.error
         if self.queued:
@@ -121,6 +122,7 @@ class HostResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> HostResult:
+        """A host's result as `as_dict` wrote it (VerdictError when its verdict does not fit)."""
         verdict = data.get("verdict")
         return cls(
             host=str(data["host"]),
@@ -128,7 +130,7 @@ class HostResult:
             status=Status(data["status"]),
             duration_s=float(data.get("duration_s") or 0.0),
             groups=tuple(str(g) for g in data.get("groups") or ()),
-            verdict=dict(verdict) if isinstance(verdict, Mapping) else None,
+            verdict=Verdict.from_json(verdict) if verdict is not None else None,
             error=None if data.get("error") is None else str(data["error"]),
             queued=tuple(str(q) for q in data.get("queued") or ()),
             run_dir=data.get("run_dir"),
@@ -141,7 +143,7 @@ def severity_key(result: HostResult) -> tuple[int, int, str]:
     """Worst first: by root cause (SEVERITY), then confidence, then name."""
     cause = result.root_cause or ""
     rank = SEVERITY.index(cause) if cause in SEVERITY else len(SEVERITY) - 2
-    confidence = _CONFIDENCE.get(str((result.verdict or {}).get("confidence")), 3)
+    confidence = _CONFIDENCE.get(result.verdict.confidence, 3) if result.verdict else 3
     return (rank, confidence, result.host)
 
 

@@ -94,7 +94,7 @@ class ProposalQueue:
         )
 
     def __call__(self, entry: HostEntry, result: HostResult) -> tuple[str, ...]:
-        if result.verdict is None or not result.verdict.get("proposals"):
+        if result.verdict is None or not result.verdict.proposals:
             return ()
         variables = {**self.options.runbook.vars, **entry.variables, **self.variables}
         try:

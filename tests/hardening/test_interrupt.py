@@ -348,7 +348,7 @@ def _walk(bundle: Path, run_dir: Path | None, **kw: Any) -> dict[str, Any]:
             kw["resume"] = Conductor.from_state(runbook, kw["resume"])
         return execute(
             runbook, transport, context=context, node=node, run_dir=directory, **kw
-        ).verdict
+        ).verdict.to_json()
     finally:
         transport.close()
         if directory:

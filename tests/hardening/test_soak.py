@@ -103,7 +103,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[HostEntry]]
 
 
 def _outcome(result: Any) -> tuple[Any, ...]:
-    stages = tuple((s["id"], s["status"]) for s in (result.verdict or {}).get("stages", ()))
+    stages = tuple((s.id, s.status) for s in (result.verdict.stages if result.verdict else ()))
     return (result.status.value, result.root_cause, stages, result.error)
 
 

@@ -12,6 +12,7 @@ from runbook.job.models import JobNode, JobSpec, RankSpec
 from runbook.job.report_md import job_markdown
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.results import HostResult, Status
+from runbook.verdict import Verdict
 
 T0 = dt.datetime(2026, 11, 30, 3, 0, 0, tzinfo=dt.timezone.utc)
 
@@ -114,7 +115,7 @@ def result(
         node,
         f"ssh://root@{node}",
         Status.FINDING if verdict else Status.UNREACHABLE,
-        verdict=verdict,
+        verdict=Verdict.from_json(verdict) if verdict else None,
         error=None if verdict else "connection refused",
         clock={
             "offset_s": offset,

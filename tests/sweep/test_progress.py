@@ -10,10 +10,13 @@ from rich.console import Console
 
 from runbook.sweep.progress import BarProgress, LineProgress, progress_for
 from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.verdict import Verdict
 
 RESULTS = [
-    HostResult("h1", "ssh://h1", Status.HEALTHY, 0.5, verdict={"root_cause": "healthy"}),
-    HostResult("h2", "ssh://h2", Status.FINDING, 0.7, verdict={"root_cause": "gpu-hardware"}),
+    HostResult("h1", "ssh://h1", Status.HEALTHY, 0.5, verdict=Verdict("h1", "healthy", "high")),
+    HostResult(
+        "h2", "ssh://h2", Status.FINDING, 0.7, verdict=Verdict("h2", "gpu-hardware", "high")
+    ),
     HostResult("h3", "ssh://h3", Status.UNREACHABLE, 3.0, error="cannot connect: No route"),
 ]
 DONE = SweepResult("rb", "inv", RESULTS, "t0", "t1", 4.0)

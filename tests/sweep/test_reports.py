@@ -18,6 +18,7 @@ from runbook.sweep.analyze import analyze_dir
 from runbook.sweep.merge import merge
 from runbook.sweep.reports import write_reports
 from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.verdict import Verdict
 from tests.sweep.helpers import REPO, parse_prom
 
 CORPUS = REPO / "tests" / "bundles"
@@ -92,7 +93,7 @@ def test_reports_stay_valid_whatever_text_they_carry(
                     "ssh://root@o:22",
                     Status.HEALTHY,
                     1.0,
-                    verdict={"root_cause": "healthy", "node": nasty},
+                    verdict=Verdict(nasty, "healthy", "high"),
                 ),
             ],
         }
@@ -121,7 +122,7 @@ def test_a_merge_keeps_the_latest_result_of_a_host_and_the_stalest_success(
         **{**corpus_sweep.__dict__, "shard": "1/2", "finished_ts": 100.0, "duration_s": 10.0}
     )
     redo = HostResult(
-        "healthy", "replay://x", Status.FINDING, 1.0, verdict={"root_cause": "gpu-hardware"}
+        "healthy", "replay://x", Status.FINDING, 1.0, verdict=Verdict("x", "gpu-hardware", "high")
     )
     new = SweepResult(
         **{

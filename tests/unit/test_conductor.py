@@ -74,12 +74,12 @@ def test_a_matching_rule_records_its_finding_and_routes_past_the_next_stage() ->
     conductor.record("nccl", {}, {})
     assert conductor.done
     verdict = build_verdict(conductor, node="n1")
-    assert verdict["root_cause"] == "gpu-hardware"
-    statuses = {s["id"]: s["status"] for s in verdict["stages"]}
+    assert verdict.root_cause == "gpu-hardware"
+    statuses = {s.id: s.status for s in verdict.stages}
     assert statuses == {"gpu": "anomaly", "memory": "skipped", "nccl": "ok", "never": "skipped"}
-    assert verdict["proposals"][0]["kind"] == "node-drain"
-    assert verdict["proposals"][0]["params"] == {"node": "n1"}
-    assert verdict["proposals"][0]["requires_approval"] is True
+    assert verdict.proposals[0].kind == "node-drain"
+    assert verdict.proposals[0].params == {"node": "n1"}
+    assert verdict.proposals[0].requires_approval is True
 
 
 def test_no_matching_route_falls_through_and_rule_outs_are_kept() -> None:
@@ -89,8 +89,8 @@ def test_no_matching_route_falls_through_and_rule_outs_are_kept() -> None:
     conductor.record("memory", {"mem.txt": _result("mem.txt")}, {"keyvalue": {"oom": 0}})
     conductor.record("nccl", {}, {})
     verdict = build_verdict(conductor, node="n")
-    assert verdict["root_cause"] == "healthy"
-    assert verdict["ruled_out"] == [{"cause": "gpu-hardware", "because": "no Xid"}]
+    assert verdict.root_cause == "healthy"
+    assert [(r.cause, r.because) for r in verdict.ruled_out] == [("gpu-hardware", "no Xid")]
 
 
 def test_the_earliest_timed_finding_is_the_root_cause_not_the_first_stage() -> None:
@@ -108,8 +108,8 @@ def test_the_earliest_timed_finding_is_the_root_cause_not_the_first_stage() -> N
         type(c2.records["memory"].findings[0])("gpu", "Xid 79", "gpu-hardware", [late])
     )
     verdict = build_verdict(c2, node="n")
-    assert verdict["root_cause"] == "host-memory-oom"
-    assert verdict["first_anomaly"]["line"] == 10
+    assert verdict.root_cause == "host-memory-oom"
+    assert verdict.first_anomaly is not None and verdict.first_anomaly.line == 10
 
 
 def test_failed_probes_make_the_stage_an_error_and_the_verdict_inconclusive() -> None:
@@ -124,9 +124,9 @@ def test_failed_probes_make_the_stage_an_error_and_the_verdict_inconclusive() ->
     assert conductor.records["memory"].status is Status.NOT_COLLECTED
     conductor.record("nccl", {}, {})
     verdict = build_verdict(conductor, node="n")
-    assert verdict["root_cause"] == "inconclusive"
-    collect_more = [p for p in verdict["proposals"] if p["kind"] == "collect-more"]
-    assert collect_more and collect_more[0]["params"]["stages"] == ["gpu", "memory"]
+    assert verdict.root_cause == "inconclusive"
+    collect_more = [p for p in verdict.proposals if p.kind == "collect-more"]
+    assert collect_more and collect_more[0].params["stages"] == ["gpu", "memory"]
 
 
 def test_an_expression_that_fails_is_a_stage_error_and_the_walk_goes_on() -> None:

@@ -85,3 +85,75 @@ def test_report_on_a_damaged_verdict_json_says_which_field_in_one_line(tmp_path:
     assert out.returncode == 2, out.stderr
     assert "verdict.confidence" in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_facts_of_reads_the_first_stage_that_collected_the_parser() -> None:
+    from runbook.verdict import StageSummary
+
+    typed = Verdict(
+        "n", "healthy", "medium",
+        stages=(
+            StageSummary("a", "not-collected", facts={"dmesg": {"collected": False}}),
+            StageSummary("b", "ok", facts={"dmesg": {"collected": True, "xids": [1]}}),
+            StageSummary("c", "ok", facts={"dmesg": {"collected": True, "xids": [2]}}),
+        ),
+    )  # fmt: skip
+    assert typed.facts_of("dmesg")["xids"] == [1]
+    assert typed.facts_of("cgroup") == {}
+    stage = typed.stage("b")
+    assert stage is not None and stage.parser_facts("dmesg") is not None
+    assert typed.stage("a") is not None and typed.stage("a").parser_facts("dmesg") is None  # type: ignore[union-attr]
+
+
+def test_stage_findings_errors_and_gaps_are_typed_and_round_trip() -> None:
+    data = copy.deepcopy(verdict("article-incident"))
+    data["stages"][0]["errors"] = ["applog: 1 line(s) skipped"]
+    data["stages"][1]["not_collected"] = {"dmesg.txt": "exit 1: Operation not permitted"}
+    typed = Verdict.from_json(data)
+    assert typed.stages[0].errors == ("applog: 1 line(s) skipped",)
+    assert typed.stages[1].not_collected == {"dmesg.txt": "exit 1: Operation not permitted"}
+    assert all(isinstance(f, str) for s in typed.stages for f in s.findings)
+    assert typed.to_json() == data
+
+
+def test_writer_fields_are_added_beside_the_contract() -> None:
+    typed = Verdict.from_json(verdict("healthy")).annotated(duration_s=1.5)
+    assert typed.to_json()["duration_s"] == 1.5
+    assert Verdict.from_json(typed.to_json()) == typed
+
+
+def test_a_sweep_report_whose_verdict_does_not_fit_is_one_line_not_a_traceback(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from runbook.cli import main
+
+    host = {
+        "host": "n1", "target": "ssh://n1", "status": "finding", "duration_s": 1.0,
+        "verdict": {**verdict("healthy"), "confidence": "certain"},
+    }  # fmt: skip
+    report = {"kind": "runbook-sweep", "runbook": "nccl-init-failure", "source": "inv",
+              "hosts": [host], "started_at": "t0", "finished_at": "t1", "duration_s": 1.0}
+    (tmp_path / "sweep.json").write_text(json.dumps(report))
+    out = str(tmp_path / "out")
+    assert main(["sweep-merge", str(tmp_path), "--report", out]) == 2
+    err = capsys.readouterr().err
+    assert "verdict.confidence" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_resume_of_a_run_whose_verdict_json_does_not_fit_says_which_field(tmp_path: Any) -> None:
+    import json
+
+    from runbook.errors import StateError
+    from runbook.resume import read_verdict
+
+    data = copy.deepcopy(verdict("healthy"))
+    data["chain"] = "not a list"
+    (tmp_path / "verdict.json").write_text(json.dumps(data))
+    with pytest.raises(StateError, match=r"verdict\.chain"):
+        read_verdict(tmp_path)
+    (tmp_path / "verdict.json").write_text(json.dumps(verdict("healthy")))
+    typed = read_verdict(tmp_path)
+    assert typed is not None and typed.root_cause == "healthy"
