@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import jinja2
 from jinja2 import ChainableUndefined, StrictUndefined, nodes
+from jinja2.environment import TemplateExpression
 from jinja2.exceptions import SecurityError
 from jinja2.filters import FILTERS
 from jinja2.lexer import describe_token
@@ -344,14 +345,33 @@ def _command_template(source: str) -> jinja2.Template:
     return _COMMAND_ENV.from_string(source)
 
 
+#: syntax trees the load-time checks parsed, each handed to the first compile of its source
+#: (Jinja compiles from a tree as well as from text): a runbook's templates are parsed once per
+#: process, not once to check them and again to run them
+_PARSED: dict[tuple[str, str], nodes.Node] = {}
+_PARSED_MAX = 4096
+
+
+def _keep_tree(kind: str, source: str, tree: nodes.Node) -> None:
+    if len(_PARSED) < _PARSED_MAX:
+        _PARSED[(kind, source)] = tree
+
+
 @lru_cache(maxsize=1024)
 def _text_template(source: str) -> jinja2.Template:
-    return _TEXT_ENV.from_string(source)
+    tree = _PARSED.pop(("text", source), None)
+    return _TEXT_ENV.from_string(tree if isinstance(tree, nodes.Template) else source)
 
 
 @lru_cache(maxsize=1024)
 def _expression(source: str) -> Callable[..., Any]:
-    return _EXPR_ENV.compile_expression(source, undefined_to_none=False)
+    expr = _PARSED.pop(("expr", source), None)
+    if not isinstance(expr, nodes.Expr):
+        return _EXPR_ENV.compile_expression(source, undefined_to_none=False)
+    # what Environment.compile_expression builds around the expression it parsed
+    body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
+    template = _EXPR_ENV.from_string(nodes.Template(body, lineno=1))
+    return TemplateExpression(template, undefined_to_none=False)
 
 
 def _describe(exc: Exception) -> str:
@@ -410,7 +430,10 @@ def check_template(source: str) -> str | None:
         tree = _TEXT_ENV.parse(source)
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
-    return _unknown_names(tree)
+    problem = _unknown_names(tree)
+    if problem is None:
+        _keep_tree("text", source, tree)
+    return problem
 
 
 @lru_cache(maxsize=4096)
@@ -426,4 +449,8 @@ def check_expression(source: str) -> str | None:
             )
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
-    return _unknown_names(tree)
+    problem = _unknown_names(tree)
+    if problem is None:
+        tree.set_environment(_EXPR_ENV)
+        _keep_tree("expr", source, tree)
+    return problem
