@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -128,12 +129,14 @@ class PlanContext:
 
 
 def _localhost() -> dict[str, Any]:
+    # the interpreter running ansible-playbook is this one (its bin dir leads PATH), named as a
+    # path: every inventory value is handed to Ansible as text, never as a template
     return {
         "all": {
             "hosts": {
                 "localhost": {
                     "ansible_connection": "local",
-                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    "ansible_python_interpreter": sys.executable,
                 }
             }
         }

@@ -9,6 +9,11 @@ what the real run would change).
 
 Host keys are checked (ANSIBLE_HOST_KEY_CHECKING=True, and the inventory names the known_hosts
 file); no agent forwarding; the extravars hold paths and sizes, never credentials.
+
+Nothing handed to Ansible is ever a template: the extra variables and the inventory are written
+as owner-only YAML files whose every string is `!unsafe` (runbook.ansible_text), so Jinja in a
+manifest, a `--var` or a name read from evidence is text — never run on the controller, not
+even by the check-mode run that shows the diff before anyone approved anything.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runbook.ansible_text import unsafe_yaml
 from runbook.errors import RunbookError
 
 
@@ -163,6 +169,16 @@ def _outcome(event: Mapping[str, Any]) -> TaskOutcome | None:
     )
 
 
+def _write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, owner-only, replacing what was there (never through a link)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
 def run_playbook(
     playbook: str,
     *,
@@ -182,6 +198,10 @@ def run_playbook(
     if not path.is_file():
         raise PlaybookError(f"no playbook {playbook!r} in {content / 'playbooks'}")
     private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    # ansible-runner reads env/extravars (as `-e @file`) and the inventory file as they are
+    inventory_file = private_dir / "inventory" / "hosts.yml"
+    _write_private(private_dir / "env" / "extravars", unsafe_yaml(extravars))
+    _write_private(inventory_file, unsafe_yaml(inventory))
     # ssh control sockets need a short path (108 bytes); the private dir can be deep
     control = tempfile.mkdtemp(prefix="rbcp")
     bindir = str(Path(sys.executable).parent)
@@ -214,8 +234,7 @@ def run_playbook(
             private_data_dir=str(private_dir),
             project_dir=str(content / "playbooks"),
             playbook=playbook,
-            inventory=dict(inventory),
-            extravars=dict(extravars),
+            inventory=str(inventory_file),
             cmdline=cmdline,
             envvars=envvars,
             limit=limit,

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
-
+from runbook.ansible_text import unsafe_yaml
 from runbook.conductor import Conductor
 from runbook.executor import PREAMBLE
 from runbook.spec.models import Runbook
@@ -62,30 +61,11 @@ def collection_plan(runbook: Runbook, variables: Mapping[str, Any] | None = None
     }
 
 
-class _Unsafe(str):
-    """A string written with Ansible's `!unsafe` tag."""
-
-
-class _PlanDumper(yaml.SafeDumper):
-    pass
-
-
-def _unsafe(dumper: yaml.SafeDumper, value: _Unsafe) -> yaml.ScalarNode:
-    return dumper.represent_scalar("!unsafe", str(value), style="'")
-
-
-_PlanDumper.add_representer(_Unsafe, _unsafe)
-
-
 def dump_plan(plan: Mapping[str, Any]) -> str:
     """The plan as an extra-vars file (`ansible-playbook … -e @plan.yml`)."""
-    data = dict(plan)
-    data["evidence_collect_probes"] = [
-        {**p, "command": _Unsafe(p["command"])} for p in plan["evidence_collect_probes"]
-    ]
     header = (
         "# runbook collect plan: the probes of one runbook, rendered for\n"
         "# playbooks/collect.yml (ansible-playbook playbooks/collect.yml -e @THIS_FILE\n"
-        "#   -e evidence_collect_dest=DIR); commands are !unsafe: Ansible must not template them\n"
+        "#   -e evidence_collect_dest=DIR); every value is !unsafe: Ansible must not template it\n"
     )
-    return header + yaml.dump(data, Dumper=_PlanDumper, sort_keys=False, width=1000)
+    return header + unsafe_yaml(plan)

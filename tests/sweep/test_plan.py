@@ -1,7 +1,7 @@
 """`runbook collect-plan`: the probes of a runbook rendered for roles/evidence_collect, in the
 order a collection runs them, each command shell-quoted by runbook's sandbox and marked
-`!unsafe`, so that Ansible, loading the plan as it loads any extra-vars file, never templates
-a command (a `{{` from a variable stays text)."""
+`!unsafe` (as every value of the plan), so that Ansible, loading the plan as it loads any
+extra-vars file, never templates a command (a `{{` from a variable stays text)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ def test_the_plan_is_every_probe_once_and_ansible_will_not_template_it(
     assert names[:3] == ["hostname.txt", "clock.txt", "timezone.txt"]  # the executor's preamble
     assert len(names) == len(set(names))
     assert {"app/*.log", "dmesg.txt", "nvidia-smi-q.txt", "nccl-tests/*.txt"} <= set(names)
+    # every string of the plan is text to Ansible: commands, names, the node's metadata
     assert all(not is_trusted_as_template(p["command"]) for p in probes)
-    assert is_trusted_as_template(names[0])  # the rest of the file is ordinary YAML
+    assert not any(is_trusted_as_template(name) for name in names)
     app = next(p["command"] for p in probes if p["name"] == "app/*.log")
     assert app == "tail -v -n 5000 -- '/x/{{ lookup('\"'\"'pipe'\"'\"','\"'\"'id'\"'\"') }}'/*.log"
     assert data["evidence_collect_meta"] == {"pod": "trainer-0", "namespace": "ml"}
