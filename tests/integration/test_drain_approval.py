@@ -15,6 +15,7 @@ import pytest
 
 from runbook.config import load
 from runbook.remedies.approval import Desk, Refused
+from runbook.verdict import Proposal, Verdict
 from tests.k8s.fixtures import k8s_api, kubectl_env  # noqa: F401
 
 pytestmark = pytest.mark.ansible
@@ -83,11 +84,8 @@ def test_a_drain_slipped_into_a_memory_verdict_cannot_be_approved(tmp_path, monk
     """Even a runbook that proposes node-drain on a memory verdict gets no runnable plan."""
     monkeypatch.setenv("RUNBOOK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    verdict = {
-        "root_cause": "host-memory-oom",
-        "proposals": [{"id": "node-drain-1", "kind": "node-drain", "summary": "drain",
-                       "params": {"node": "gpu-node-03"}}],
-    }
+    drain = Proposal("node-drain-1", "node-drain", True, "drain", {"node": "gpu-node-03"})
+    verdict = Verdict("gpu-node-03", "host-memory-oom", "high", proposals=(drain,))
     with Desk(load(None)) as desk:
         (queued,) = desk.queue_verdict(verdict, node="gpu-node-03", target=None,
                                        runbook_id="custom", variables={}, run_dir=None)

@@ -55,7 +55,7 @@ def walk(network: HostNetwork, host: TestHost, **variables: Any) -> dict[str, An
         connect_timeout=5.0))
     try:
         return execute(load_file(resolve("nccl-recovery-check")), transport,
-                       variables=variables).verdict
+                       variables=variables).verdict.to_json()
     finally:
         transport.close()
 

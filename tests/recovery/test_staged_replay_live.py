@@ -32,6 +32,7 @@ import yaml
 
 from runbook import config as config_mod
 from runbook.remedies.approval import Desk
+from runbook.verdict import Verdict
 from tests.hosts.fixtures import HostFactory
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.recovery import shims
@@ -111,11 +112,13 @@ def _queue(db: Path, host: TestHost, network: HostNetwork, manifest: Path, pod: 
     from runbook.remedies.plans import Target
 
     verdict = {
-        "root_cause": "host-memory-oom", "confidence": "high", "surfaced_as": None,
+        "format": 1, "node": host.name, "root_cause": "host-memory-oom", "confidence": "high",
+        "surfaced_as": None,
         "first_anomaly": {"source": "dmesg.txt", "line": 1, "text": "oom-kill"},
         "chain": [{"stage": "cgroup-memory", "finding": "cgroup memory at its limit"}],
         "proposals": [{
             "id": "memory-limit-live", "kind": "memory-limit", "remedy": "memory-limit",
+            "requires_approval": True,
             "summary": "size the limit from the measured peak", "playbook": "memory-limit.yml",
             "params": {"peak_bytes": str(OLD_LIMIT), "limit_bytes": str(OLD_LIMIT),
                        "headroom": "1.25", "node_allocatable_bytes": str(20 << 30)},
@@ -128,7 +131,7 @@ def _queue(db: Path, host: TestHost, network: HostNetwork, manifest: Path, pod: 
                  "job_command": _job_command(), "workers": 2, "prefetch": 4, "batch": 128,
                  "repeats": 1}
     with Desk(config_mod.load(None, db=str(db))) as desk:
-        (queued,) = desk.queue_verdict(verdict, node=host.name, target=target,
+        (queued,) = desk.queue_verdict(Verdict.from_json(verdict), node=host.name, target=target,
                                        runbook_id="nccl-init-failure", variables=variables,
                                        run_dir=None)
     assert queued.plan is not None, queued.plan_error

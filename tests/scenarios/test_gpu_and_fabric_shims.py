@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from runbook.verdict import Verdict
 from tests.hosts.harness import TestHost
 from tests.scenarios import shims
 from tests.scenarios.conftest import Diagnosis
@@ -304,7 +305,7 @@ def test_the_approved_ab_remedy_on_the_rdma_node_reports_ib_failing_and_socket_p
     )
     with Desk(load(None)) as desk:
         queued = desk.queue_verdict(
-            node.diagnosis.verdict, node=node.host.name, target=target,
+            Verdict.from_json(node.diagnosis.verdict), node=node.host.name, target=target,
             runbook_id="nccl-init-failure", variables=variables, run_dir=None,
         )
         (ab,) = [q for q in queued if q.proposal.kind == "nccl-ib-disable-ab"]
