@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import os
 import re
 import tarfile
@@ -24,6 +25,13 @@ from typing import Any
 import yaml
 
 from runbook import atomic
+from runbook.bundle_files import (
+    MAX_MULTI_BYTES,
+    MAX_SIDE_BYTES,
+    MAX_WHOLE_BYTES,
+    BundleFiles,
+    Read,
+)
 from runbook.errors import BundleError, disk_full_as_error
 from runbook.report.secrets import redact, redact_lines
 from runbook.transports.base import CommandResult
@@ -35,6 +43,8 @@ MAX_MEMBERS = 20000
 TRUNCATED_NOTE = "output truncated: only the first part was kept (capture bound)"
 #: replayed files larger than this are streamed by parsers rather than read whole
 LAZY_BYTES = 16 * 1024 * 1024
+#: files one multi-file probe (`app/*.log`) reads at most (a node runs tens of ranks)
+MAX_MULTI_FILES = 1024
 
 
 def safe_member_name(name: str) -> PurePosixPath:
@@ -128,11 +138,17 @@ class Bundle:
     """A bundle directory opened for reading (a `.tar.gz` is unpacked to a private temp dir)."""
 
     def __init__(
-        self, root: Path, meta: BundleMeta, cleanup: tempfile.TemporaryDirectory[str] | None
+        self,
+        root: Path,
+        meta: BundleMeta,
+        cleanup: tempfile.TemporaryDirectory[str] | None,
+        files: BundleFiles | None = None,
     ):
         self.root = root
         self.meta = meta
         self._cleanup = cleanup
+        #: every read of the bundle's files goes through this (confined, bounded)
+        self.files = files or BundleFiles(root)
 
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> Bundle:
@@ -151,94 +167,108 @@ class Bundle:
             raise BundleError(f"{source}: no such bundle")
         else:
             raise BundleError(f"{source}: not a bundle directory or .tar.gz")
-        meta_path = root / "bundle.yaml"
-        if not meta_path.is_file():
-            if cleanup:
-                cleanup.cleanup()
-            raise BundleError(f"{source}: not a bundle (no bundle.yaml)")
+        files = BundleFiles(root)
         try:
-            meta = parse_meta(meta_path.read_text(encoding="utf-8", errors="replace"))
-        except BundleError:
+            meta = parse_meta(files.meta().decode("utf-8", errors="replace"))
+        except BundleError as exc:
             if cleanup:
                 cleanup.cleanup()
+            if "no bundle.yaml" in str(exc):
+                raise BundleError(f"{source}: not a bundle (no bundle.yaml)") from None
             raise
-        return cls(root, meta, cleanup)
+        return cls(root, meta, cleanup, files)
 
-    def _path(self, name: str) -> Path:
-        path = self.root.joinpath(*safe_member_name(name).parts)
-        resolved = path.resolve()
-        if not resolved.is_relative_to(self.root.resolve()):
-            raise BundleError(f"bundle file {name!r} points outside the bundle")
-        return path
+    def _side(self, name: str) -> str | None:
+        """A member's `.rc` or `.err` (bounded), None when there is none or it cannot be
+        read safely."""
+        try:
+            path = self.files.locate(name)
+            if path is None:
+                return None
+            return self.files.read(path, MAX_SIDE_BYTES).data.decode("utf-8", errors="replace")
+        except BundleError:
+            return None
 
     def read(self, name: str, command: str = "") -> CommandResult:
-        """The evidence file `name` as a CommandResult (collected=False when absent)."""
+        """The evidence file `name` as a CommandResult (collected=False when absent; a file
+        that points outside the bundle or is not a regular file: collected=False with the
+        reason as its error)."""
         try:
-            path = self._path(name)
-        except BundleError as exc:
-            return CommandResult(name, command, collected=False, error=str(exc))
-        if not path.is_file():
-            return CommandResult(name, command, collected=False)
-        size = path.stat().st_size
-        lazy = size > LAZY_BYTES
-        stdout = "" if lazy else path.read_bytes().decode("utf-8", errors="replace")
-        stderr = ""
-        err_path = path.with_name(path.name + ".err")
-        if err_path.is_file():
-            stderr = err_path.read_bytes().decode("utf-8", errors="replace")
-        exited = 0
-        rc_path = path.with_name(path.name + ".rc")
-        if rc_path.is_file():
-            text = rc_path.read_text(errors="replace").strip()
-            exited = int(text) if text.lstrip("-").isdigit() else 0
+            safe_member_name(name)
+            path = self.files.locate(name)
+            if path is None:
+                return CommandResult(name, command, collected=False)
+            lazy = path.stat().st_size > LAZY_BYTES
+            read = self.files.scan_window(path) if lazy else self.files.read(path, MAX_WHOLE_BYTES)
+        except (BundleError, OSError) as exc:
+            error = exc.one_line() if isinstance(exc, BundleError) else str(exc)
+            return CommandResult(name, command, collected=False, error=error)
+        stderr = self._side(name + ".err") or ""
+        rc = (self._side(name + ".rc") or "").strip()
+        exited = int(rc) if rc.lstrip("-").isdigit() and len(rc) < 6 else 0
         return CommandResult(
             name,
             command,
-            stdout=stdout,
-            stderr=stderr,
+            stdout="" if lazy else read.data.decode("utf-8", errors="replace"),
+            stderr=_noted(stderr, read.note(name)),
             exited=exited,
+            truncated=read.truncated,
             source_path=str(path) if lazy else None,
+            source_offset=read.offset if lazy else 0,
         )
 
-    @staticmethod
-    def _succeeded(path: Path) -> bool:
-        rc = path.with_name(path.name + ".rc")
-        if not rc.is_file():
-            return True
-        return rc.read_text(errors="replace").strip() in ("0", "")
+    def _succeeded(self, name: str) -> bool:
+        return (self._side(name + ".rc") or "").strip() in ("0", "")
 
     def read_multi(self, pattern: str, command: str = "") -> CommandResult:
         """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
         format that the live probe prints, so both split the same way."""
         safe_member_name(pattern)
         # a file recorded as failed (its .rc non-zero: `cat` of an absent v1 file on a v2
-        # host) is left out, as the live `tail` leaves out a file it cannot open
-        matches = sorted(
-            p
+        # host) is left out, as the live `tail` leaves out a file it cannot open; so is one
+        # that points outside the bundle or is not a regular file (said in stderr)
+        names = sorted(
+            p.relative_to(self.root).as_posix()
             for p in self.root.glob(pattern)
-            if p.is_file() and p.suffix not in (".rc", ".err") and self._succeeded(p)
+            if p.suffix not in (".rc", ".err")
         )
-        if not matches:
-            return CommandResult(pattern, command, collected=False)
-        parts = []
-        for path in matches:
-            rel = path.relative_to(self.root).as_posix()
-            text = path.read_bytes().decode("utf-8", errors="replace")
+        parts, notes = [], []
+        truncated = len(names) > MAX_MULTI_FILES
+        if truncated:
+            notes.append(f"{pattern}: {len(names)} files, only the first {MAX_MULTI_FILES} read")
+        left = MAX_MULTI_BYTES
+        for rel in names[:MAX_MULTI_FILES]:
+            try:
+                path = self.files.locate(rel)
+                if path is None or not self._succeeded(rel):
+                    continue
+                read: Read = self.files.read(path, min(MAX_WHOLE_BYTES, left))
+                left -= len(read.data)
+            except BundleError as exc:
+                notes.append(exc.one_line())
+                continue
+            text = read.data.decode("utf-8", errors="replace")
+            truncated = truncated or read.truncated
+            notes += [n for n in (read.note(rel),) if n]
             parts.append(
                 f"==> {rel} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n")
             )
-        return CommandResult(pattern, command, stdout="\n".join(parts), exited=0)
+        stderr = "".join(f"runbook: {n}\n" for n in notes)
+        if not parts:
+            first = notes[0] if notes else None
+            return CommandResult(pattern, command, collected=False, error=first)
+        return CommandResult(
+            pattern, command, stdout="\n".join(parts), stderr=stderr, exited=0, truncated=truncated
+        )
 
     def names(self) -> list[str]:
         """Every evidence file in the bundle (not bundle.yaml, .rc or .err)."""
         found = []
-        for path in sorted(self.root.rglob("*")):
-            if not path.is_file() or (path.name == "bundle.yaml" and path.parent == self.root):
-                continue
-            if path.suffix in (".rc", ".err"):
+        for path in self.files.walk():
+            if path.suffix in (".rc", ".err") or path == self.root / "bundle.yaml":
                 continue
             found.append(path.relative_to(self.root).as_posix())
-        return found
+        return sorted(found)
 
     def close(self) -> None:
         if self._cleanup is not None:
@@ -271,6 +301,13 @@ def unpack(archive: Path, target: Path) -> Path:
     if len(entries) == 1 and (entries[0] / "bundle.yaml").is_file():
         return entries[0]
     return target
+
+
+def _noted(stderr: str, note: str | None) -> str:
+    """`stderr` with runbook's note about the read appended (when there is one)."""
+    if not note:
+        return stderr
+    return stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + f"runbook: {note}\n"
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -323,13 +360,15 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
     return split
 
 
-def _copy_redacted(source: str, path: Path) -> None:
+def _copy_redacted(result: CommandResult, path: Path) -> None:
     """A file too large to hold, copied block by block with its credentials redacted."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with (
-            open(source, encoding="utf-8", errors="replace", newline="") as src,
+            io.TextIOWrapper(
+                result.open_source(), encoding="utf-8", errors="replace", newline=""
+            ) as src,
             os.fdopen(fd, "w", encoding="utf-8", newline="") as dst,
         ):
             for block in redact_lines(src):
@@ -351,7 +390,7 @@ def write_result(root: Path, result: CommandResult) -> None:
     path = root.joinpath(*safe_member_name(result.name).parts)
     with disk_full_as_error(root):
         if result.source_path is not None and not result.stdout:
-            _copy_redacted(result.source_path, path)  # credentials never written
+            _copy_redacted(result, path)  # credentials never written
         else:
             _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"))
         rc = "" if result.exited is None else str(result.exited)

@@ -34,6 +34,9 @@ except ImportError:  # pragma: no cover
     _re2 = None
 
 BLOCK_BYTES = 16 * 1024 * 1024
+#: the most of one line kept while looking for its end (a file of no newlines at all — a
+#: sparse file, a binary — is read in constant memory)
+MAX_LINE_BYTES = 1024 * 1024
 #: the fastest engine installed: "hyperscan", "re2" or "find" (tests pin each in turn)
 ENGINE = "hyperscan" if _hs is not None else "re2" if _re2 is not None else "find"
 
@@ -45,7 +48,7 @@ def _blocks(result: CommandResult) -> Iterator[bytes | bytearray]:
     if result.source_path is not None and not result.stdout:
         buffer = bytearray(BLOCK_BYTES)
         view = memoryview(buffer)
-        with open(result.source_path, "rb", buffering=0) as handle:
+        with result.open_source() as handle:
             while True:
                 size = handle.readinto(view)
                 if not size:
@@ -136,8 +139,8 @@ class candidates:
         carry = bytearray()
         for block in _blocks(self.result):
             head = block.find(b"\n") + 1
-            if head == 0:  # no line ends in this block
-                carry += block
+            if head == 0:  # no line ends in this block: a line longer than a line can be
+                carry += block[: max(0, MAX_LINE_BYTES - len(carry))]  # kept to its head
                 continue
             if carry or head:
                 first_line = carry + block[:head]

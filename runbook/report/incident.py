@@ -111,10 +111,7 @@ def sanitize_results(
     for result in results:
         if not result.collected:
             continue
-        stdout = result.stdout
-        if result.source_path is not None and not stdout:
-            stdout = Path(result.source_path).read_text(encoding="utf-8", errors="replace")
-        texts[result.name] = stdout
+        texts[result.name] = result.text()
         texts[result.name + ".err"] = result.stderr + (result.failure or "")
     meta_text = yaml.safe_dump(meta.to_yaml(), sort_keys=False)
     texts["bundle.yaml"] = meta_text

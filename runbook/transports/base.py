@@ -9,6 +9,7 @@ TargetError, and that happens when the transport is opened.
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -45,17 +46,44 @@ class CommandResult:
     extra: dict[str, str] = field(default_factory=dict, compare=False)
     #: a replayed file too large to hold in memory: `stdout` is empty and `lines()` streams it
     source_path: str | None = field(default=None, compare=False)
+    #: where in `source_path` the evidence starts (a bound cut its head); a line's beginning
+    source_offset: int = field(default=0, compare=False)
+
+    def open_source(self) -> io.BufferedReader:
+        """`source_path` opened at `source_offset` (never through a link: the bundle reader
+        located it inside its bundle)."""
+        assert self.source_path is not None
+        flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        handle: io.BufferedReader = io.BufferedReader(
+            io.FileIO(os.open(self.source_path, flags), "rb")
+        )
+        if self.source_offset:
+            handle.seek(self.source_offset)
+            while True:  # the cut line's rest is not a whole line
+                rest = handle.readline(1 << 20)
+                if not rest or rest.endswith(b"\n"):
+                    break
+        return handle
 
     def lines(self) -> Iterator[str]:
         """The output line by line (without line ends), streamed from `source_path` when the
         evidence is file-backed, so a 1 GiB log is never held whole."""
         if self.source_path is not None and not self.stdout:
-            with open(self.source_path, encoding="utf-8", errors="replace", newline="") as handle:
-                for line in handle:
+            with io.TextIOWrapper(
+                self.open_source(), encoding="utf-8", errors="replace", newline=""
+            ) as text:
+                for line in text:
                     yield line.rstrip("\r\n")
             return
         for line in io.StringIO(self.stdout):
             yield line.rstrip("\r\n")
+
+    def text(self) -> str:
+        """The whole output as text (read from `source_path` when file-backed)."""
+        if self.source_path is not None and not self.stdout:
+            with self.open_source() as raw:
+                return raw.read().decode("utf-8", errors="replace")
+        return self.stdout
 
     @property
     def ok(self) -> bool:

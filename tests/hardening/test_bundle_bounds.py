@@ -1,0 +1,196 @@
+"""Every read of a bundle is confined to it and bounded (runbook/bundle_files.py).
+
+A hostile bundle plants links to files outside it (as multi-file members, as `.err`/`.rc` side
+files, as `bundle.yaml`), FIFOs, sparse multi-gigabyte files, a file without a newline, a huge
+`bundle.yaml`, a small archive that unpacks to a large file. Each gets a one-line refusal or a
+bounded read — never a secret from outside quoted in a verdict or copied into a run directory,
+never a hang, and peak memory under 300 MB (measured in a child process)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
+SECRET = "s3cr3t-outside-the-bundle-7f1d"
+RSS_LIMIT_MIB = 300
+
+_MEASURED = """
+import resource, sys
+from runbook.cli import main
+rc = main(sys.argv[1:])
+print(f"maxrss-kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def runbook(tmp: Path, *args: str, timeout: float = 120) -> tuple[int, str, str, float]:
+    """`runbook ARGS` in a child process (its state under `tmp`): exit code, stdout, stderr
+    (its last line, the peak RSS, taken off) and that peak in MiB."""
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURED, *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+        env={**os.environ, "RUNBOOK_STATE_DIR": str(tmp / "state")},
+    )  # fmt: skip
+    lines = out.stderr.rstrip("\n").split("\n")
+    rss = float(lines[-1].split("=", 1)[1]) / 1024 if lines[-1].startswith("maxrss") else -1.0
+    return out.returncode, out.stdout, "\n".join(lines[:-1]), rss
+
+
+def bundle(tmp_path: Path) -> Path:
+    target = tmp_path / "bundle"
+    shutil.copytree(DEMO, target)
+    return target
+
+
+@pytest.fixture
+def outside(tmp_path: Path) -> Path:
+    """A file outside every bundle, holding a secret and error-looking lines."""
+    path = tmp_path / "outside" / "shadow"
+    path.parent.mkdir()
+    path.write_text(f"root:{SECRET}:19000:0:99999:7:::\nRuntimeError: {SECRET}\n")
+    return path
+
+
+def one_line_refusal(rc: int, stderr: str) -> None:
+    assert rc == 2, stderr
+    assert "Traceback" not in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize(
+    "member", ["app/zz-stolen.log", "nccl/stolen.log", "dmesg.txt.err", "app/rank-0.log.err"]
+)
+def test_a_link_out_of_the_bundle_is_never_read(
+    tmp_path: Path, outside: Path, member: str
+) -> None:
+    root = bundle(tmp_path)
+    link = root / member
+    link.parent.mkdir(exist_ok=True)
+    link.unlink(missing_ok=True)
+    link.symlink_to(outside)
+    if member.endswith(".err"):  # a failed probe: its standard error is what a verdict quotes
+        (root / member.replace(".err", ".rc")).write_text("1\n")
+    rc, stdout, stderr, _ = runbook(tmp_path, "analyze", str(root), "--format", "json")
+    assert rc == 0, stderr
+    assert SECRET not in stdout and SECRET not in stderr
+    json.loads(stdout)  # a verdict all the same
+
+
+def test_a_replayed_run_copies_nothing_from_outside_into_its_run_directory(
+    tmp_path: Path, outside: Path
+) -> None:
+    root = bundle(tmp_path)
+    (root / "app" / "zz-stolen.log").symlink_to(outside)
+    (root / "nccl").mkdir(exist_ok=True)
+    (root / "nccl" / "stolen.log").symlink_to(outside)
+    (root / "dmesg.txt.err").symlink_to(outside)  # a side file, copied with its evidence
+    runs = tmp_path / "runs"
+    rc, _, stderr, _ = runbook(
+        tmp_path, "run", "nccl-init-failure", "--target", f"replay://{root}", "--no-input",
+        "--run-dir", str(runs),
+    )  # fmt: skip
+    assert rc == 0, stderr
+    copied = [p for p in runs.rglob("*") if p.is_file() and SECRET in p.read_text(errors="replace")]
+    assert copied == []
+
+
+def test_bundle_yaml_that_points_outside_is_refused_in_one_line(
+    tmp_path: Path, outside: Path
+) -> None:
+    root = bundle(tmp_path)
+    (root / "bundle.yaml").unlink()
+    (root / "bundle.yaml").symlink_to(outside)
+    rc, _, stderr, _ = runbook(tmp_path, "analyze", str(root))
+    one_line_refusal(rc, stderr)
+    assert "outside the bundle" in stderr and SECRET not in stderr
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    root = bundle(tmp_path)
+    os.mkfifo(root / "app" / "rank-9.log")
+    os.mkfifo(root / "dmesg.txt.err")
+    started = time.monotonic()
+    rc, stdout, stderr, _ = runbook(tmp_path, "analyze", str(root), "--format", "json", timeout=60)
+    assert rc == 0, stderr
+    assert time.monotonic() - started < 30
+    json.loads(stdout)
+
+
+def test_a_huge_bundle_yaml_is_refused_quickly_in_one_line(tmp_path: Path) -> None:
+    root = bundle(tmp_path)
+    with (root / "bundle.yaml").open("a") as handle:
+        handle.write("# padding\n" * (6 * 1024 * 1024))  # 60 MiB of comments
+    started = time.monotonic()
+    rc, _, stderr, rss = runbook(tmp_path, "analyze", str(root))
+    one_line_refusal(rc, stderr)
+    assert "bundle.yaml" in stderr and time.monotonic() - started < 20
+    assert rss < RSS_LIMIT_MIB
+
+
+def test_a_sparse_2_gib_app_log_is_read_by_its_tail_in_bounded_memory(tmp_path: Path) -> None:
+    root = bundle(tmp_path)
+    big = root / "app" / "rank-7.log"
+    with big.open("wb") as handle:
+        handle.truncate(2 * 1024**3)  # sparse: no disk used, 2 GiB of NULs to a reader
+        handle.seek(2 * 1024**3 - 200)
+        handle.write(b"\nRuntimeError: the tail of a huge log is still read\n")
+    rc, stdout, stderr, rss = runbook(tmp_path, "analyze", str(root), "--format", "json",
+                                      timeout=300)  # fmt: skip
+    assert rc == 0, stderr
+    assert rss < RSS_LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
+    verdict = json.loads(stdout)
+    app = next(s for s in verdict["stages"] if s["id"] == "app-error")
+    assert "the tail of a huge log is still read" in json.dumps(app["facts"])
+
+
+def test_a_sparse_dmesg_without_a_newline_is_scanned_in_bounded_memory(tmp_path: Path) -> None:
+    root = bundle(tmp_path)
+    dmesg = root / "dmesg.txt"
+    with dmesg.open("wb") as handle:
+        handle.truncate(3 * 1024**3)  # one 3 GiB "line"
+    rc, stdout, stderr, rss = runbook(tmp_path, "analyze", str(root), "--format", "json",
+                                      timeout=300)  # fmt: skip
+    assert rc == 0, stderr
+    assert rss < RSS_LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
+    json.loads(stdout)
+
+
+def test_a_small_archive_of_a_large_file_is_read_in_bounded_memory(tmp_path: Path) -> None:
+    """A decompression bomb within the unpack bound (here 512 MiB from well under 1 MiB): the
+    member is unpacked, then read by its tail."""
+    size = 512 * 1024**2
+    archive = tmp_path / "bomb.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for path in sorted(DEMO.rglob("*")):
+            tar.add(path, arcname=f"b/{path.relative_to(DEMO)}", recursive=False)
+        info = tarfile.TarInfo("b/app/rank-5.log")
+        info.size = size
+
+        class Zeros(io.RawIOBase):
+            left = size
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+                n = min(len(buffer), self.left)
+                buffer[:n] = bytes(n)
+                self.left -= n
+                return n
+
+        tar.addfile(info, io.BufferedReader(Zeros()))
+    assert archive.stat().st_size < 1024**2
+    rc, stdout, stderr, rss = runbook(tmp_path, "analyze", str(archive), "--format", "json",
+                                      timeout=300)  # fmt: skip
+    assert rc == 0, stderr
+    assert rss < RSS_LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
+    json.loads(stdout)
