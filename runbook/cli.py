@@ -653,8 +653,11 @@ _register_subcommands()
 
 def main(argv: Sequence[str] | None = None) -> int:
     from runbook.interrupt import stop_signals
+    from runbook.redacted_output import redacted_output
 
-    with stop_signals():  # SIGTERM and SIGHUP end a command as ^C does (runbook/interrupt.py)
+    # SIGTERM and SIGHUP end a command as ^C does (runbook/interrupt.py); whatever it prints is
+    # redacted as files are (runbook/redacted_output.py)
+    with stop_signals(), redacted_output():
         return _main(argv)
 
 

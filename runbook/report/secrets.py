@@ -11,7 +11,8 @@ What it catches, by shape or by name:
   strings with `\\n` escapes, also cut off before their END line): the body goes;
 - `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value` where NAME ends in a
   credential word (`HF_TOKEN`, `WANDB_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `password`,
-  `client_secret`, …), and Kubernetes env entries `{"name": "DB_PASSWORD", "value": "…"}`;
+  `client_secret`, `PGPASSWORD`, `MYSQL_PWD`, …), and Kubernetes env entries
+  `{"name": "DB_PASSWORD", "value": "…"}`;
 - `Authorization: Bearer|Basic …`, a bare `Bearer …`, and `user:password@` in URLs;
 - token shapes: Hugging Face `hf_…`, GitHub `ghp_…`/`github_pat_…`, GitLab `glpat-…`, Slack
   `xox?-…` and webhook URLs, AWS access key ids `AKIA…`/`ASIA…`, Google `AIza…`, OpenAI-style
@@ -42,7 +43,10 @@ _CRED_WORDS = (
 )
 _NAME = (
     rf"(?:[A-Za-z0-9]+[_.-])*(?:{_CRED_WORDS})"
-    r"|[A-Za-z0-9]+(?:[_.-][A-Za-z0-9]+)*_(?:KEY|PASS)"
+    r"|[A-Za-z0-9]+(?:[_.-][A-Za-z0-9]+)*_(?:KEY|PASS|PWD)"
+    # client tools' own names run the words together: PGPASSWORD, MYSQLPASSWORD, PGPASSFILE is
+    # a path (not matched), MYSQL_PWD above
+    r"|[A-Za-z0-9]+(?:password|passwd)"
 )
 _NAME_RE = re.compile(rf"^(?:{_NAME})$", re.IGNORECASE)
 #: names that match the shape but hold no secret
@@ -193,7 +197,7 @@ class _Rule:
     per_line: bool = True
 
 
-_CRED_HINTS = ("pass", "secret", "token", "key", "credential", "webhook", "connection")
+_CRED_HINTS = ("pass", "pwd", "secret", "token", "key", "credential", "webhook", "connection")
 _SHAPE_HINTS = (
     "hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "glpat-", "xox", "xapp-",
     "akia", "asia", "agpa", "aida", "aroa", "anpa", "aiza", "sk-", "eyj",

@@ -60,7 +60,9 @@ class SSHAddress:
         """`[user@]host[:port]` (an IPv6 host in brackets)."""
         match = _SSH_URL.match(text.strip())
         if not match:
-            raise UsageError(f"not an SSH address: {text!r} (expected [user@]host[:port])")
+            # `user:password@host` is not an address, and the password is not repeated
+            shown = re.sub(r"^([^@:/\s]*):[^@\s]*@", r"\1:<REDACTED>@", text.strip())
+            raise UsageError(f"not an SSH address: {shown!r} (expected [user@]host[:port])")
         port = int(match.group("port") or 22)
         if not 0 < port < 65536:
             raise UsageError(f"bad SSH port in {text!r}")

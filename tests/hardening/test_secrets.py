@@ -94,6 +94,8 @@ SECRETS: dict[str, tuple[str, str]] = {
         "launcher --api-key ZmFrZS1hcGkta2V5LWZvci10ZXN0cw",
         "ZmFrZS1hcGkta2V5LWZvci10ZXN0cw",
     ),
+    "pgpassword": ("PGPASSWORD=pgTestOnlyHunter2x psql -h db", "pgTestOnlyHunter2x"),
+    "mysql-pwd": ("export MYSQL_PWD=myTestOnlyHunter3y", "myTestOnlyHunter3y"),
     "private-key": (
         f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}-----END RSA PRIVATE KEY-----",
         "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gun",
@@ -107,6 +109,8 @@ KEPT = (
     "NCCL_SOCKET_IFNAME=eth0",
     "NCCL_DEBUG_SUBSYS=INIT,NET",
     "PWD=/workspace",
+    "OLDPWD=/root",
+    "PGPASSFILE=/home/trainer/.pgpass",
     "max_tokens=4096",
     "tokenizer=bpe",
 )
@@ -342,6 +346,36 @@ def test_secrets_planted_in_a_bundle_and_a_var_reach_no_run_directory_report_or_
         assert "Tr0ub4dorHorseStaple9" not in json.dumps(state)
     finally:
         NEEDLES.remove("pgPassw0rdForTests")
+
+
+def test_nothing_printed_carries_a_secret_not_a_finding_not_a_verbose_walk(
+    tmp_path: Path,
+) -> None:
+    """The console gets what files get: a finding that quotes the failing request's
+    `Authorization: Bearer …`, a `-v` walk that echoes each probe's output (an env dump with
+    every shape), and an error that names a URL with a password are all redacted."""
+    bundle = tmp_path / "incident"
+    shutil.copytree(BUNDLES / "network-socket", bundle)
+    _plant(bundle)
+    bearer = SECRETS["bearer"][1]
+    with (bundle / "app" / "rank-0.log").open("a") as handle:
+        handle.write(f"RuntimeError: upload failed (Authorization: Bearer {bearer})\n")
+    outputs = {}
+    for fmt in ("text", "json"):
+        walked = _runbook(
+            tmp_path, "run", "nccl-init-failure", "--target", f"replay://{bundle}", "-v",
+            "--run-dir", str(tmp_path / f"run-{fmt}"), "--no-input", "--format", fmt,
+        )  # fmt: skip
+        assert walked.returncode == 0, walked.stderr
+        outputs[f"run -v --format {fmt}"] = walked.stdout + walked.stderr
+    assert "Authorization: Bearer <REDACTED>" in outputs["run -v --format text"]
+    password = SECRETS["url-credentials"][1]
+    refused = _runbook(tmp_path, "run", "nccl-init-failure", "--target",
+                       f"ssh://deploy:{password}@gpu-node-07", "--no-input")  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    outputs["error"] = refused.stdout + refused.stderr
+    found = {name: leaks(text) for name, text in outputs.items() if leaks(text)}
+    assert not found, f"secrets printed: {found}"
 
 
 # -- the identity file: its path may appear, its key never ------------------------------------

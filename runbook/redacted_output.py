@@ -1,0 +1,73 @@
+"""Everything a command prints goes through the redactor files get (runbook.report.secrets).
+
+A finding quoting `Authorization: Bearer …`, a `-v` walk echoing a probe's `HF_TOKEN=…`, an
+error naming `ssh://user:password@host`: the console is a place secrets leak as surely as a
+bundle. Rather than trust every `print`, `click.echo` and rich console to remember, `main`
+puts the process's stdout and stderr behind `RedactingStream` for the length of a command:
+whole lines are redacted as they are written, a partial line when it is flushed (a prompt).
+Terminal detection, the terminal's size and the encoding are the real stream's.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+from runbook.report.secrets import redact
+
+
+class RedactingStream(io.TextIOBase):
+    """A text stream that writes `redact(line)` to `inner` for every line written to it."""
+
+    def __init__(self, inner: TextIO) -> None:
+        self._inner = inner
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._inner.write(redact(lines + "\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._inner.write(redact(self._pending))
+            self._pending = ""
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self._inner, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return getattr(self._inner, "errors", None)
+
+
+@contextmanager
+def redacted_output() -> Iterator[None]:
+    """stdout and stderr redacted until the block ends (then flushed and put back)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(out), RedactingStream(err)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: nothing more to say
+                pass
+        sys.stdout, sys.stderr = out, err
