@@ -17,7 +17,7 @@ import os
 import re
 import tarfile
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -360,17 +360,36 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
     return split
 
 
+#: output longer than this is redacted and written block by block, not as one string
+_STREAM_CHARS = 1024 * 1024
+
+
+def _lines_of(text: str) -> Iterator[str]:
+    """The lines of `text` with their ends, one at a time (no copy of the whole)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end == -1 else end + 1
+        yield text[start:end]
+        start = end
+
+
 def _copy_redacted(result: CommandResult, path: Path) -> None:
-    """A file too large to hold, copied block by block with its credentials redacted."""
+    """Output too large to redact in one piece (a file-backed replay, or a capture at its
+    bound), written block by block with its credentials redacted."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with (
-            io.TextIOWrapper(
-                result.open_source(), encoding="utf-8", errors="replace", newline=""
-            ) as src,
-            os.fdopen(fd, "w", encoding="utf-8", newline="") as dst,
-        ):
+        with contextlib.ExitStack() as stack:
+            if result.source_path is not None and not result.stdout:
+                src: Iterable[str] = stack.enter_context(
+                    io.TextIOWrapper(
+                        result.open_source(), encoding="utf-8", errors="replace", newline=""
+                    )
+                )
+            else:
+                src = _lines_of(result.stdout)
+            dst = stack.enter_context(os.fdopen(fd, "w", encoding="utf-8", newline=""))
             for block in redact_lines(src):
                 dst.write(block)
             dst.flush()
@@ -389,7 +408,8 @@ def write_result(root: Path, result: CommandResult) -> None:
         return
     path = root.joinpath(*safe_member_name(result.name).parts)
     with disk_full_as_error(root):
-        if result.source_path is not None and not result.stdout:
+        big = len(result.stdout) > _STREAM_CHARS
+        if big or (result.source_path is not None and not result.stdout):
             _copy_redacted(result, path)  # credentials never written
         else:
             _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"))

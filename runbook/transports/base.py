@@ -131,6 +131,6 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def decode(data: bytes) -> str:
+def decode(data: bytes | bytearray) -> str:
     """Evidence is mostly UTF-8 but kernel logs carry anything; never fail to decode."""
     return data.decode("utf-8", errors="replace")

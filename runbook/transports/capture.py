@@ -6,18 +6,22 @@ from runbook.transports import base
 
 
 class BoundedBuffer:
-    """Keeps the first `limit` bytes of a stream and remembers whether more came."""
+    """Keeps the first `limit` bytes of a stream and remembers whether more came.
 
-    __slots__ = ("_chunks", "_size", "limit", "truncated")
+    One growing buffer, not a list of chunks joined at the end: a capture at its bound is
+    held once (not twice while joined), in one large allocation the allocator gives back
+    whole instead of hundreds of 64 KiB pieces left scattered over the heaps of the
+    threads that read them."""
+
+    __slots__ = ("_data", "limit", "truncated")
 
     def __init__(self, limit: int | None = None) -> None:
         self.limit = base.MAX_CAPTURE_BYTES if limit is None else limit
-        self._chunks: list[bytes] = []
-        self._size = 0
+        self._data = bytearray()
         self.truncated = False
 
     def feed(self, data: bytes) -> None:
-        room = self.limit - self._size
+        room = self.limit - len(self._data)
         if room <= 0:
             if data:
                 self.truncated = True
@@ -25,8 +29,8 @@ class BoundedBuffer:
         if len(data) > room:
             data = data[:room]
             self.truncated = True
-        self._chunks.append(data)
-        self._size += len(data)
+        self._data += data
 
-    def getvalue(self) -> bytes:
-        return b"".join(self._chunks)
+    def getvalue(self) -> bytearray:
+        """What was kept (the buffer itself: decode it, do not keep it)."""
+        return self._data
