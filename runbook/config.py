@@ -7,7 +7,10 @@ Read from `$RUNBOOK_CONFIG`, else `$XDG_CONFIG_HOME/nccl-runbook/config.yaml` (u
       db: /var/lib/nccl-runbook/approvals.db   # default: <state dir>/approvals.db
       audit_log: /var/lib/nccl-runbook/audit.jsonl   # default: next to the db
       ttl: 24h                                 # a proposal older than this is refused
-    approvers: [alice, bob]                    # who may approve; empty or absent: anyone
+    approvers: [alice, bob]                    # who may approve or deny (OS user names);
+                                               # empty or absent: anyone
+    delegation:                                # with approvers: --as NAME counts only here
+      oncall: [alice, bob]                     # OS user oncall may act as alice or bob
     drain:
       max_cordoned: 1                          # pool nodes that may already be cordoned
       max_fraction: 0.1                        # of the pool, this node included
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +79,8 @@ class Config:
     audit_log: Path
     ttl: float = 24 * 3600.0
     approvers: tuple[str, ...] = ()
+    #: OS user → the names it may approve or deny as (`--as NAME`) when approvers are set
+    delegation: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     drain: DrainGuard = field(default_factory=DrainGuard)
     kubeconfig: str | None = None
     kube_context: str | None = None
@@ -110,6 +116,14 @@ def load(path: Path | None = None, *, db: str | None = None) -> Config:
     approvers = raw.get("approvers") or []
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
         raise UsageError(f"config {source}: approvers: expected a list of user names")
+    delegation_raw = _mapping(raw.get("delegation"), f"config {source}: delegation")
+    delegation: dict[str, tuple[str, ...]] = {}
+    for user, names in delegation_raw.items():
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise UsageError(
+                f"config {source}: delegation.{user}: expected a list of the names it may act as"
+            )
+        delegation[str(user)] = tuple(names)
     drain_raw = _mapping(raw.get("drain"), f"config {source}: drain")
     try:
         drain = DrainGuard(
@@ -129,6 +143,7 @@ def load(path: Path | None = None, *, db: str | None = None) -> Config:
         audit_log=audit_path,
         ttl=parse_duration(approvals.get("ttl", "24h"), what=f"config {source}: approvals.ttl"),
         approvers=tuple(approvers),
+        delegation=delegation,
         drain=drain,
         kubeconfig=os.path.expanduser(str(kube["kubeconfig"])) if kube.get("kubeconfig") else None,
         kube_context=str(kube["context"]) if kube.get("context") else None,

@@ -46,9 +46,9 @@ def os_user() -> str:
 
 
 def actor_name(as_user: str | None) -> str:
-    """Who acts: the OS user, or `--as NAME` recorded alongside it (a shared account)."""
+    """Who acts: the OS user, and `--as NAME` beside it ("root as alice": a shared account)."""
     user = os_user()
-    return f"{as_user} (os user {user})" if as_user and as_user != user else user
+    return f"{user} as {as_user}" if as_user and as_user != user else user
 
 
 @dataclass
@@ -214,19 +214,26 @@ class Desk:
         return self.store.get(pid)
 
     # --------------------------------------------------------------------------- decisions
-    def _authorise(self, proposal: Proposal, actor: str, as_user: str | None) -> None:
+    def _authorise(
+        self, proposal: Proposal, actor: str, as_user: str | None, action: str = "approve"
+    ) -> None:
+        """The approver is the OS user. With `approvers:` set, `--as NAME` counts only where
+        the config's `delegation:` lets this OS user act as NAME; without it anyone may
+        decide and `--as` is only a label. Refusals are audited; the proposal stays pending."""
         allowed = self.config.approvers
         if not allowed:
             return
-        names = {os_user()} | ({as_user} if as_user else set())
-        if not names & set(allowed):
-            self.record(
-                "refused",
-                proposal.id,
-                actor,
-                {"reason": "not an approver", "approvers": list(allowed)},
-            )
-            raise Refused(f"{actor} may not approve proposals (approvers: {', '.join(allowed)})")
+        user = os_user()
+        who = as_user or user
+        if who != user and who not in self.config.delegation.get(user, ()):
+            why = f"os user {user} may not act as {who} (no delegation: for it in the config)"
+        elif who not in allowed:
+            why = f"{actor} may not {action} proposals (approvers: {', '.join(allowed)})"
+        else:
+            return
+        self.record("refused", proposal.id, actor,
+                    {"reason": why, "action": action, "approvers": list(allowed)})  # fmt: skip
+        raise Refused(why)
 
     def _refuse(self, proposal: Proposal, actor: str, reason: str) -> Refused:
         self.store.decide(proposal.id, "refused", actor=actor, reason=reason)
@@ -237,6 +244,7 @@ class Desk:
         if not reason.strip():
             raise Refused("a denial needs a reason (--reason)")
         actor = actor_name(as_user)
+        self._authorise(self.store.get(pid), actor, as_user, "deny")
         proposal = self.store.decide(pid, "denied", actor=actor, reason=reason)
         self.record("denied", pid, actor, {"reason": reason})
         return proposal

@@ -8,6 +8,7 @@ No Kubernetes API is involved (file mode: the patched manifest goes to the Git c
 
 from __future__ import annotations
 
+import getpass
 import json
 import subprocess
 import sys
@@ -118,7 +119,7 @@ def test_approve_runs_check_then_apply_once_and_the_size_comes_from_the_measurem
     assert audit_events(cli, pid) == ["proposed", "approved", "check", "executed"]
     shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
     assert shown["state"] == "succeeded"
-    assert shown["decided_by"].startswith("alice (os user ")
+    assert shown["decided_by"].endswith(" as alice")  # the OS user, and the name it gave
     again = cli("approvals", "approve", pid, timeout=60)
     assert again.rc == 1 and "never run twice" in again.stderr, again.stderr
     assert audit_events(cli, pid).count("executed") == 1
@@ -181,17 +182,26 @@ def test_a_stale_proposal_is_refused_with_the_reason(cli, checkout: Path, tmp_pa
 
 
 def test_only_configured_approvers_may_approve(cli, checkout: Path, tmp_path: Path) -> None:
+    """The approver is the OS user: `--as` a listed name counts only where the config's
+    delegation lets this OS user act as it; deny is checked like approve."""
+    me = getpass.getuser()
     config = tmp_path / "config" / "nccl-runbook" / "config.yaml"
     config.parent.mkdir(parents=True)
     config.write_text("approvers: [carol]\n")
     pid = queue(cli, checkout)
-    refused = cli("approvals", "approve", pid, "--as", "mallory")
-    assert refused.rc == 1 and "may not approve" in refused.stderr
+    for args in (("approve", pid), ("approve", pid, "--as", "mallory"),
+                 ("approve", pid, "--as", "carol"), ("deny", pid, "--reason", "no")):  # fmt: skip
+        refused = cli("approvals", *args)
+        assert refused.rc == 1, (args, refused.stderr)
+        assert "may not" in refused.stderr, refused.stderr
     shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
     assert shown["state"] == "pending"  # someone allowed can still decide
     assert (checkout / "job.yaml").read_text() == JOB
+    config.write_text(f"approvers: [carol]\ndelegation: {{{me}: [carol]}}\n")
     ok = cli("approvals", "approve", pid, "--as", "carol", timeout=180)
     assert ok.rc == 0, ok.stderr
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["decided_by"] == f"{me} as carol"
 
 
 def test_audit_verify_fails_after_an_entry_is_edited(cli, checkout: Path, tmp_path: Path) -> None:
