@@ -108,8 +108,11 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
     for column in ("ID", "STATE", "KIND", "NODE", "PROPOSED", "EXPIRES"):
         table.add_column(column, no_wrap=True)
     table.add_column("SUMMARY", overflow="fold")
+    from runbook.remedies.store import runner_gone
+
     for p in items:
-        table.add_row(p.id, p.state, p.kind, p.node or "-", _when(p.created_at),
+        state = "running, process gone" if runner_gone(p) else p.state
+        table.add_row(p.id, state, p.kind, p.node or "-", _when(p.created_at),
                       "expired" if p.expired and p.state == "pending" else _when(p.expires_at),
                       escape(p.summary))
     console.print(table)
@@ -261,6 +264,20 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None) -> 
     with _desk(ctx) as desk:
         p = desk.deny(pid, reason=reason, as_user=as_user)
     click.echo(f"{p.id} denied by {p.decided_by}: {reason}")
+
+
+@approvals.command("recover")
+@click.argument("pid", metavar="ID")
+@click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
+@click.option("--force", is_flag=True,
+              help="Recover although the claiming process ran on another host (check it is gone).")
+@click.pass_context
+def recover_cmd(ctx: click.Context, pid: str, as_user: str | None, force: bool) -> None:
+    """Mark a proposal left `running` by a process that is gone (killed mid-playbook) as
+    failed; it is never run again (re-run the runbook for a fresh proposal). Audited."""
+    with _desk(ctx) as desk:
+        p = desk.recover(pid, as_user=as_user, force=force)
+    click.echo(f"{p.id} recovered: failed ({(p.result or {}).get('error')})")
 
 
 @click.group()

@@ -249,6 +249,41 @@ class Desk:
         self.record("denied", pid, actor, {"reason": reason})
         return proposal
 
+    def recover(self, pid: str, *, as_user: str | None = None, force: bool = False) -> Proposal:
+        """A proposal left `running` by a process that is gone → `failed`, audited; it is
+        never run again (re-run the runbook for a fresh proposal). A runner that still lives is
+        refused; one on another host (which this host cannot see) only with `force`."""
+        from runbook.remedies.store import runner_gone
+
+        actor = actor_name(as_user)
+        proposal = self.store.get(pid)
+        self._authorise(proposal, actor, as_user, "recover")
+        if proposal.state != "running":
+            from runbook.remedies.store import Conflict
+
+            raise Conflict(f"proposal {pid} is {proposal.state}, not running: nothing to recover")
+        gone = runner_gone(proposal)
+        runner = proposal.runner or {}
+        where = (
+            f"pid {runner.get('pid')} on {runner.get('host')}" if runner else "an unknown process"
+        )
+        if gone is False:
+            raise Refused(f"proposal {pid} is still being executed ({where}): not recovered")
+        if gone is None and not force:
+            raise Refused(
+                f"proposal {pid} was claimed by {where}, which cannot be seen from here: "
+                "check it is gone, then recover with --force"
+            )
+        result = {
+            "stage": "recovered",
+            "error": f"the process that claimed it ({where}) is gone; whether its playbook "
+            "ran, and how far, is in the audit trail and its ansible artifacts",
+            "by": actor,
+        }
+        done = self.store.recover(pid, result=result)
+        self.record("recovered", pid, actor, {**result, "forced": force and gone is None})
+        return done
+
     def plan_of(self, proposal: Proposal) -> plans.Plan:
         if not proposal.plan or "playbook" not in proposal.plan:
             error = (proposal.plan or {}).get("error") or "no plan"

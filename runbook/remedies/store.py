@@ -10,7 +10,10 @@ One row per queued proposal. Its life::
 `UPDATE … WHERE state = 'pending'`: of two people approving at the same moment exactly one
 gets the row, the other is told who did. A running or finished proposal is never claimed
 again, so a proposal executes exactly once and a failure is never retried blindly (re-run the
-runbook to queue a fresh proposal).
+runbook to queue a fresh proposal). The claim records the process that made it (host, pid,
+start time): a proposal left `running` by a process that is gone (SIGKILLed mid-playbook, a
+failed audit write after the claim) is seen as such and can be recovered — marked failed,
+never re-run — by `recover`.
 
 The database and its directory are created owner-only (0600/0700); WAL mode lets `list` read
 while an execution writes.
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import socket
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
@@ -62,6 +66,7 @@ CREATE TABLE IF NOT EXISTS proposals (
     reason      TEXT,
     result      TEXT,                   -- JSON: the execution's outcome
     verification TEXT,                  -- JSON: the recovery check's outcome
+    runner      TEXT,                   -- JSON: the process that claimed it (host, pid, start)
     updated_at  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS proposals_state ON proposals(state);
@@ -118,6 +123,7 @@ class Proposal:
     reason: str | None = None
     result: dict[str, Any] | None = None
     verification: dict[str, Any] | None = None
+    runner: dict[str, Any] | None = None
     updated_at: float = 0.0
 
     @property
@@ -128,7 +134,40 @@ class Proposal:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-_JSON = ("params", "plan", "target", "vars", "evidence", "result", "verification")
+_JSON = ("params", "plan", "target", "vars", "evidence", "result", "verification", "runner")
+
+
+def _start_ticks(pid: int) -> int | None:
+    """A process's start time (clock ticks since boot, /proc/PID/stat field 22): with the pid,
+    it names one process even after the pid is reused; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count from its last ')'
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def this_process() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid())}
+
+
+def runner_gone(proposal: Proposal) -> bool | None:
+    """For a running proposal: True when the process that claimed it is gone, False when it
+    still runs, None when that cannot be told here (another host, or no record of it)."""
+    runner = proposal.runner or {}
+    if proposal.state != "running" or runner.get("host") != socket.gethostname():
+        return None
+    pid = runner.get("pid")
+    if not isinstance(pid, int):
+        return None
+    start = _start_ticks(pid)
+    return start is None or (runner.get("start") is not None and start != runner.get("start"))
 
 
 def _row(row: sqlite3.Row) -> Proposal:
@@ -155,6 +194,9 @@ class Store:
                 for statement in _SCHEMA.split(";"):
                     if statement.strip():
                         self._db.execute(statement)
+                columns = {r["name"] for r in self._db.execute("PRAGMA table_info(proposals)")}
+                if "runner" not in columns:  # a store made before the claim recorded it
+                    self._db.execute("ALTER TABLE proposals ADD COLUMN runner TEXT")
         except sqlite3.DatabaseError as exc:
             raise self._error(exc) from exc
         except OSError as exc:
@@ -307,9 +349,9 @@ class Store:
         now = time.time()
         with self._tx() as db:
             cur = db.execute(
-                "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=? "
-                "WHERE id=? AND state='pending'",
-                (actor, now, now, pid),
+                "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=?, "
+                "runner=? WHERE id=? AND state='pending'",
+                (actor, now, now, json.dumps(this_process()), pid),
             )
             won = cur.rowcount == 1
         proposal = self.get(pid)
@@ -334,6 +376,21 @@ class Store:
         proposal = self.get(pid)
         if not won:
             raise Conflict(self._not_pending(proposal))
+        return proposal
+
+    def recover(self, pid: str, *, result: Mapping[str, Any]) -> Proposal:
+        """running → failed for a proposal whose process is gone (never re-run)."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "UPDATE proposals SET state='failed', result=?, updated_at=? "
+                "WHERE id=? AND state='running'",
+                (json.dumps(dict(result), default=str), now, pid),
+            )
+            won = cur.rowcount == 1
+        proposal = self.get(pid)
+        if not won:
+            raise Conflict(f"proposal {pid} is {proposal.state}, not running: nothing to recover")
         return proposal
 
     def finish(self, pid: str, *, ok: bool, result: Mapping[str, Any]) -> Proposal:
@@ -406,6 +463,11 @@ class Store:
     def _not_pending(p: Proposal) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.decided_at or p.updated_at))
         if p.state == "running":
+            if runner_gone(p):
+                return (
+                    f"proposal {p.id} was claimed by {p.decided_by} at {when}, but that process "
+                    f"is gone: `runbook approvals recover {p.id}` marks it failed (never re-run)"
+                )
             return (
                 f"proposal {p.id} is already being executed (approved by {p.decided_by} at {when})"
             )

@@ -238,3 +238,60 @@ def test_a_playbook_failing_halfway_is_recorded_failed_and_never_retried(
     assert audit_events(cli, pid) == ["proposed", "approved", "check", "failed"]
     again = cli("approvals", "approve", pid, timeout=60)
     assert again.rc == 1 and "never run twice" in again.stderr
+
+
+_CLAIM = """
+import os, sys, time
+from pathlib import Path
+from runbook.remedies.store import Store
+store = Store(Path(sys.argv[1]))
+store.claim(sys.argv[2], actor="approver")
+print("claimed", flush=True)
+if sys.argv[3] == "die":
+    os.kill(os.getpid(), 9)  # SIGKILLed mid-playbook: nothing finishes the proposal
+time.sleep(600)
+"""
+
+
+def test_a_proposal_whose_approver_was_killed_is_seen_and_recovered_never_rerun(
+    cli, checkout: Path, tmp_path: Path
+) -> None:
+    """A claim whose process is gone leaves the proposal `running`: `list` says the process
+    is gone, approve says how to recover, `recover` marks it failed (audited) and it is never
+    run; a claim whose process still lives is not recovered."""
+    pid = queue(cli, checkout)
+    db = tmp_path / "state" / "approvals.db"
+    env = cli_env(tmp_path)
+    alive = subprocess.Popen([sys.executable, "-c", _CLAIM, str(db), pid, "live"],
+                             stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        assert alive.stdout is not None and alive.stdout.readline().strip() == "claimed"
+        busy = cli("approvals", "recover", pid)
+        assert busy.rc == 1 and "still being executed" in busy.stderr, busy.stderr
+    finally:
+        alive.kill()
+        alive.wait()
+        if alive.stdout is not None:
+            alive.stdout.close()
+    listed = cli("approvals", "list")
+    assert "running, process gone" in listed.stdout, listed.stdout
+    again = cli("approvals", "approve", pid)
+    assert again.rc == 1 and f"approvals recover {pid}" in again.stderr, again.stderr
+    recovered = cli("approvals", "recover", pid)
+    assert recovered.rc == 0, recovered.stderr
+    shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
+    assert shown["state"] == "failed" and shown["result"]["stage"] == "recovered"
+    assert audit_events(cli, pid)[-1] == "recovered"
+    assert cli("approvals", "recover", pid).rc == 1  # once
+    assert cli("approvals", "approve", pid).rc == 1  # never run
+    assert (checkout / "job.yaml").read_text() == JOB
+
+
+def test_a_killed_claim_is_recovered_the_same_way(cli, checkout: Path, tmp_path: Path) -> None:
+    pid = queue(cli, checkout)
+    died = subprocess.run(
+        [sys.executable, "-c", _CLAIM, str(tmp_path / "state" / "approvals.db"), pid, "die"],
+        capture_output=True, text=True, env=cli_env(tmp_path), timeout=60, check=False,
+    )  # fmt: skip
+    assert died.returncode == -9, died.stderr
+    assert cli("approvals", "recover", pid).rc == 0
