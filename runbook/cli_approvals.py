@@ -309,6 +309,10 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
     if result.ok:
         click.echo(f"{path}: {result.entries} entries, chain intact"
                    + (f" (head {result.head.hash[:12]})" if result.head else ""))
+        if anchor is None and result.entries:
+            # without the store's anchor a chain cut short at its end is still a valid chain
+            click.echo(f"{path}: warning: the approval store ({cfg.db}) holds no anchor for "
+                       "this log: entries cut off its end cannot be detected", err=True)
         return
     for problem in result.problems:
         click.echo(f"{path}: {problem}", err=True)

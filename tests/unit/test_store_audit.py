@@ -196,3 +196,24 @@ def test_expiry_is_visible(tmp_path):
         p, _ = _enqueue(store, ttl=0.05)
         time.sleep(0.1)
         assert store.get(p.id).expired
+
+
+def test_audit_verify_warns_when_the_store_holds_no_anchor(tmp_path, capsys):
+    """A cut tail is a valid chain: without the store's anchor `audit verify` cannot tell,
+    and says so instead of a bare "chain intact"."""
+    from runbook.cli import main
+
+    log = AuditLog(tmp_path / "audit.jsonl")
+    entries = [log.append("proposed", proposal=f"p{i}") for i in range(3)]
+    db = tmp_path / "approvals.db"
+    assert main(["audit", "verify", "--log", str(log.path), "--db", str(db)]) == 0
+    captured = capsys.readouterr()
+    assert "chain intact" in captured.out
+    assert "no anchor" in captured.err and "cannot be detected" in captured.err
+    with Store(db) as store:
+        store.record_audit_head(int(entries[-1]["seq"]), str(entries[-1]["hash"]))
+    assert main(["audit", "verify", "--log", str(log.path), "--db", str(db)]) == 0
+    assert "no anchor" not in capsys.readouterr().err
+    log.path.write_text("\n".join(log.path.read_text().splitlines()[:2]) + "\n")
+    assert main(["audit", "verify", "--log", str(log.path), "--db", str(db)]) == 1
+    assert "cut off the end" in capsys.readouterr().err
