@@ -12,6 +12,7 @@ Not used with --accept-new-host-keys, which must append to the user's own file.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,8 +27,11 @@ class KnownHosts:
         self.directory = directory
         self._lock = threading.Lock()
         self._parsed: dict[tuple[str, int, int], paramiko.HostKeys] = {}
+        #: files written this sweep, by what they were written from: aliases sharing an
+        #: address (same names, same file) share one file, written once
+        self._written: dict[Path, tuple[str, int, int]] = {}
 
-    def _load(self, path: Path) -> paramiko.HostKeys | None:
+    def _load(self, path: Path) -> tuple[tuple[str, int, int], paramiko.HostKeys] | None:
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -39,15 +43,16 @@ class KnownHosts:
                     self._parsed[key] = paramiko.HostKeys(str(path))
                 except (OSError, paramiko.SSHException) as exc:
                     raise UsageError(f"cannot read known_hosts {path}: {exc}") from exc
-            return self._parsed[key]
+            return key, self._parsed[key]
 
     def for_host(self, path: Path, names: Sequence[str]) -> Path:
         """A file with `path`'s entries for `names` (known_hosts spellings: `host` or
         `[host]:port`); `path` itself when it does not exist (paramiko then knows no key, and
         the host is refused as unknown, as it would be)."""
-        parsed = self._load(path)
-        if parsed is None:
+        loaded = self._load(path)
+        if loaded is None:
             return path
+        source, parsed = loaded
         mine = paramiko.HostKeys()
         for name in names:
             found = parsed.lookup(name)
@@ -57,5 +62,11 @@ class KnownHosts:
         digest = hashlib.sha256("\0".join([str(path.resolve()), *names]).encode()).hexdigest()
         out = self.directory / f"{digest[:24]}.known_hosts"
         with self._lock:
-            mine.save(str(out))
+            if self._written.get(out) != source:
+                # another thread may be reading this very file (an alias of the same host):
+                # a new one appears whole, by rename, never truncated under a reader
+                tmp = out.with_name(f".{out.name}.{threading.get_ident()}")
+                mine.save(str(tmp))
+                os.replace(tmp, out)
+                self._written[out] = source
         return out

@@ -32,3 +32,38 @@ def test_each_host_gets_exactly_its_entries_hashed_or_not(tmp_path: Path) -> Non
     none = paramiko.HostKeys(str(cache.for_host(known, ["10.0.0.9"])))
     assert list(none.keys()) == []  # unknown stays unknown: the host will be refused
     assert cache.for_host(tmp_path / "absent", ["x"]) == tmp_path / "absent"
+
+
+def test_aliases_of_one_address_never_read_a_half_written_file(tmp_path: Path) -> None:
+    """Inventory aliases sharing one address share one per-host file: while threads of a
+    sweep ask for it, every other thread reading it sees the whole entry (it is written once,
+    and replaced by rename, never truncated under a reader)."""
+    import threading
+
+    key = _key(tmp_path / "k")
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(f"10.0.0.{i} {key}\n" for i in range(1, 200)))
+    cache = KnownHosts(tmp_path / "private")
+    (tmp_path / "private").mkdir()
+    path = cache.for_host(known, ["10.0.0.7"])
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.append(len(paramiko.HostKeys(str(path)).keys()))
+
+    def asker() -> None:
+        for _ in range(200):
+            assert cache.for_host(known, ["10.0.0.7"]) == path
+
+    readers = [threading.Thread(target=reader) for _ in range(4)]
+    askers = [threading.Thread(target=asker) for _ in range(8)]
+    for thread in readers + askers:
+        thread.start()
+    for thread in askers:
+        thread.join()
+    stop.set()
+    for thread in readers:
+        thread.join()
+    assert seen and set(seen) == {1}
