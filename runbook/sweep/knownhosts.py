@@ -20,18 +20,21 @@ from pathlib import Path
 import paramiko
 
 from runbook.errors import UsageError
+from runbook.transports import known_hosts
 
 
 class KnownHosts:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock = threading.Lock()
-        self._parsed: dict[tuple[str, int, int], paramiko.HostKeys] = {}
+        self._parsed: dict[tuple[str, int, int], known_hosts.KnownHosts] = {}
         #: files written this sweep, by what they were written from: aliases sharing an
         #: address (same names, same file) share one file, written once
         self._written: dict[Path, tuple[str, int, int]] = {}
 
-    def _load(self, path: Path) -> tuple[tuple[str, int, int], paramiko.HostKeys] | None:
+    def _load(
+        self, path: Path
+    ) -> tuple[tuple[str, int, int], known_hosts.KnownHosts] | None:
         try:
             stat = path.stat()
         except FileNotFoundError:
@@ -40,8 +43,8 @@ class KnownHosts:
         with self._lock:
             if key not in self._parsed:
                 try:
-                    self._parsed[key] = paramiko.HostKeys(str(path))
-                except (OSError, paramiko.SSHException) as exc:
+                    self._parsed[key] = known_hosts.read(path)
+                except OSError as exc:
                     raise UsageError(f"cannot read known_hosts {path}: {exc}") from exc
             return key, self._parsed[key]
 
@@ -52,10 +55,10 @@ class KnownHosts:
         loaded = self._load(path)
         if loaded is None:
             return path
-        source, parsed = loaded
+        source, known = loaded
         mine = paramiko.HostKeys()
         for name in names:
-            found = parsed.lookup(name)
+            found = known.keys.lookup(name)
             if found is not None:
                 for keytype in found:
                     mine.add(name, keytype, found[keytype])
@@ -67,6 +70,9 @@ class KnownHosts:
                 # a new one appears whole, by rename, never truncated under a reader
                 tmp = out.with_name(f".{out.name}.{threading.get_ident()}")
                 mine.save(str(tmp))
+                with tmp.open("a", encoding="ascii") as handle:  # revoked for every host
+                    for keytype, key in sorted(known.revoked):
+                        handle.write(f"@revoked * {keytype} {key}\n")
                 os.replace(tmp, out)
                 self._written[out] = source
         return out

@@ -33,8 +33,10 @@ from runbook.errors import (
     UnreachableError,
     UsageError,
 )
+from runbook.transports import known_hosts
 from runbook.transports.base import CommandResult, Probe, decode
 from runbook.transports.capture import BoundedBuffer
+from runbook.transports.known_hosts import KnownHosts
 
 log = logging.getLogger(__name__)
 
@@ -100,14 +102,24 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Refuse unknown keys (one clear error with the fingerprint) or, when the user opted in,
     record them in known_hosts."""
 
-    def __init__(self, options: SSHOptions, address: SSHAddress) -> None:
+    def __init__(
+        self, options: SSHOptions, address: SSHAddress, known: KnownHosts | None = None
+    ) -> None:
         self.options = options
         self.address = address
+        self.known = known
 
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         fp = fingerprint(key)
+        if self.known is not None and self.known.is_revoked(key):
+            raise HostKeyError(
+                f"{self.address}: host key {key.get_name()} {fp} is marked @revoked in "
+                f"{self.options.known_hosts}; refusing",
+                host=hostname,
+                fingerprint=fp,
+            )
         if not self.options.accept_new_host_keys:
             raise HostKeyError(
                 f"{self.address}: host key {key.get_name()} {fp} is not in "
@@ -128,12 +140,17 @@ def _connect(
     address: SSHAddress, options: SSHOptions, sock: paramiko.Channel | None = None
 ) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
+    known = None
     if options.known_hosts.exists():
         try:
-            client.load_host_keys(str(options.known_hosts))
-        except (OSError, paramiko.SSHException) as exc:
+            known = known_hosts.read(options.known_hosts)
+        except OSError as exc:
             raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
-    client.set_missing_host_key_policy(_HostKeyPolicy(options, address))
+        trusted = client.get_host_keys()
+        for name in known.keys.keys():
+            for keytype, key in known.keys[name].items():
+                trusted.add(name, keytype, key)
+    client.set_missing_host_key_policy(_HostKeyPolicy(options, address, known))
     started = time.monotonic()
     try:
         client.connect(

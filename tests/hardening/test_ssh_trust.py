@@ -286,6 +286,44 @@ def test_a_sweep_refuses_unknown_keys_by_default_and_changed_ones_even_when_acce
     assert _logins(known_one) == logins["known-one"] + 2
 
 
+def test_cert_authority_and_revoked_lines_are_understood_not_an_internal_error(
+    ssh_host: Any, host_network: HostNetwork, tmp_path: Path
+) -> None:
+    """A known_hosts with an SSH CA's `@cert-authority` line (usual in fleets) still trusts
+    its plain lines; a key marked `@revoked` is refused even where another line lists it and
+    even with --accept-new-host-keys, before any login; an unreadable line is skipped."""
+    listed, revoked = ssh_host("ca-fleet"), ssh_host("revoked")
+    ca_key = _ed25519(tmp_path / "ca")
+    ca_line = " ".join(ca_key.with_name("ca.pub").read_text().split()[:2])
+    bad_type, bad_blob = revoked.host_key_line().split()[1:3]
+    known = tmp_path / "known_hosts"
+    known.write_text(
+        f"@cert-authority *.example.com {ca_line}\n"
+        "this line is not a known_hosts entry\n"
+        f"{listed.host_key_line()}\n{revoked.host_key_line()}\n"
+        f"@revoked * {bad_type} {bad_blob}\n"
+    )
+    hosts = {"ca-fleet": listed, "revoked": revoked}
+    inventory = _sweep_inventory(tmp_path / "inv.yml", hosts, host_network, known)
+    runbook = tmp_path / "probe.yaml"
+    runbook.write_text(PROBE)
+    env = cli_env(tmp_path)
+    logins = _logins(revoked)
+    for n, extra in enumerate(((), ("--accept-new-host-keys",))):
+        swept = _cli(env, "sweep", str(runbook), "-i", str(inventory), "--format", "json",
+                     "--report", str(tmp_path / f"r{n}"), *extra)  # fmt: skip
+        statuses = {h["host"]: h for h in json.loads(swept.stdout)["hosts"]}
+        errors = [h.get("error") for h in statuses.values()]
+        assert statuses["ca-fleet"]["status"] == "healthy", errors
+        assert statuses["revoked"]["status"] == "refused", statuses
+        assert "@revoked" in statuses["revoked"]["error"]
+    ran = _cli(env, "run", str(runbook), "--target", f"ssh://root@{listed.address}:{listed.port}",
+               "--known-hosts", str(known), "--identity", str(host_network.client_key.private_path),
+               "--no-input", "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert _logins(revoked) == logins
+
+
 def test_a_job_and_a_jump_host_refuse_unknown_keys(
     ssh_host: Any, host_network: HostNetwork, tmp_path: Path
 ) -> None:

@@ -1,0 +1,81 @@
+"""known_hosts read the way fleets write it: markers understood, a bad line never fatal.
+
+paramiko's own reader raises `InvalidHostKey` on the first line it does not parse — and
+`@cert-authority` lines, usual in fleets with an SSH CA, are such lines — so one of them made
+every host an internal error. Here each line is read on its own:
+
+- `@revoked PATTERN TYPE KEY`: the key is never accepted, for any host, not even with
+  `--accept-new-host-keys` (OpenSSH's meaning);
+- `@cert-authority PATTERN TYPE KEY`: a CA for host certificates. paramiko cannot verify a
+  host certificate as a client, so these lines are skipped with one warning per file (hosts
+  that only a CA vouches for are then unknown: refused unless accepted);
+- a line that does not parse is skipped with one warning naming its number.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import paramiko
+from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class KnownHosts:
+    keys: paramiko.HostKeys
+    #: (key type, base64) of every revoked key
+    revoked: set[tuple[str, str]] = field(default_factory=set)
+    #: what was skipped, one line each (CA lines, unreadable lines)
+    skipped: list[str] = field(default_factory=list)
+
+    def is_revoked(self, key: paramiko.PKey) -> bool:
+        return (key.get_name(), key.get_base64()) in self.revoked
+
+
+def read(path: Path) -> KnownHosts:
+    """The file's keys, revocations and skipped lines; OSError when it cannot be read."""
+    keys = paramiko.HostKeys()
+    result = KnownHosts(keys)
+    authorities: list[int] = []
+    entries: list[HostKeyEntry] = []
+    text = path.read_text(encoding="utf-8", errors="replace")
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("@"):
+            marker, _, rest = line.partition(" ")
+            parts = rest.split()
+            if marker == "@revoked" and len(parts) >= 3:
+                result.revoked.add((parts[1], parts[2]))
+            elif marker == "@cert-authority":
+                authorities.append(number)
+            else:
+                result.skipped.append(f"line {number}: unknown marker {marker[:40]!r}")
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line, lineno=number)
+        except (paramiko.SSHException, InvalidHostKey, ValueError, TypeError) as exc:
+            result.skipped.append(f"line {number}: unreadable ({type(exc).__name__})")
+            continue
+        if entry is None or entry.key is None:
+            result.skipped.append(f"line {number}: unreadable")
+            continue
+        entries.append(entry)
+    if authorities:
+        result.skipped.append(
+            f"line(s) {', '.join(map(str, authorities[:5]))}: @cert-authority (host "
+            "certificates cannot be verified here; hosts only a CA vouches for are unknown)"
+        )
+    # a revoked key is not trusted whatever other line lists it, before or after it
+    for entry in entries:
+        if not result.is_revoked(entry.key):
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
+    for note in result.skipped:
+        log.warning("known_hosts %s: %s", path, note)
+    return result
