@@ -310,8 +310,8 @@ def _noted(stderr: str, note: str | None) -> str:
     return stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + f"runbook: {note}\n"
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    atomic.write_bytes(path, data)
+def _atomic_write(path: Path, data: bytes, within: Path | None = None) -> None:
+    atomic.write_bytes(path, data, within=within)
 
 
 _HEADER = re.compile(r"^==> (.+) <==$")
@@ -409,27 +409,28 @@ def write_result(root: Path, result: CommandResult) -> None:
     path = root.joinpath(*safe_member_name(result.name).parts)
     with disk_full_as_error(root):
         big = len(result.stdout) > _STREAM_CHARS
+        atomic.real_dir(path.parent, within=root)  # no directory link placed in the bundle
         if big or (result.source_path is not None and not result.stdout):
             _copy_redacted(result, path)  # credentials never written
         else:
-            _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"))
+            _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"), root)
         rc = "" if result.exited is None else str(result.exited)
         rc = "timeout" if result.timed_out else rc
-        _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode())
+        _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode(), root)
         err = result.stderr
         for note in (result.failure, TRUNCATED_NOTE if result.truncated else None):
             if note and note not in err:
                 err += ("\n" if err and not err.endswith("\n") else "") + f"runbook: {note}\n"
         if err:
             err_path = path.with_name(path.name + ".err")
-            _atomic_write(err_path, redact(err).encode("utf-8", errors="replace"))
+            _atomic_write(err_path, redact(err).encode("utf-8", errors="replace"), root)
 
 
 def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult]) -> Path:
     """Write a bundle directory; bundle.yaml last, so a crash or a full disk leaves no half
     bundle that looks whole."""
     with disk_full_as_error(root):
-        root.mkdir(parents=True, exist_ok=True)
+        atomic.real_dir(root)  # a link placed at the bundle's name is refused
         for result in results:
             write_result(root, result)
         _atomic_write(

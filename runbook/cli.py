@@ -556,7 +556,10 @@ def report(
     if map_path is not None and built.sanitizer is not None:
         write_private(map_path, built.sanitizer.mapping())
     if output:
-        Path(output).write_text(built.text, encoding="utf-8")
+        from runbook import atomic
+
+        # replaced by rename: a link at the output's name is replaced, never written through
+        atomic.write_text(Path(output), built.text, mode=0o644)
     else:
         click.echo(built.text, nl=False)
 

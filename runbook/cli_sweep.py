@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from runbook import atomic
 from runbook.errors import UsageError
 
 
@@ -490,7 +491,7 @@ def collect_plan(
         click.echo(f"note: {note}", err=True)
     if output:
         try:
-            Path(output).write_text(text, encoding="utf-8")
+            atomic.write_text(Path(output), text, mode=0o644)
         except OSError as exc:
             raise UsageError(f"cannot write {output}: {exc.strerror or exc}") from None
     else:

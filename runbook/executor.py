@@ -63,9 +63,9 @@ class NullObserver:
         pass
 
 
-def _atomic_json(path: Path, data: Any) -> None:
+def _atomic_json(path: Path, data: Any, within: Path | None = None) -> None:
     text = json.dumps(redact_data(data), indent=2, default=str) + "\n"
-    atomic.write_text(path, text)
+    atomic.write_text(path, text, within=within)
 
 
 def _append_whole(fd: int, data: bytes) -> None:
@@ -94,13 +94,10 @@ class RunDirectory:
     def __init__(self, path: Path, *, exclusive: bool = False) -> None:
         self.path = path
         with disk_full_as_error(path):
-            # owner-only: a run directory holds a node's logs, its pod spec and its verdict
-            if not path.is_dir():
-                path.mkdir(parents=True, exist_ok=True, mode=0o700)
-                path.chmod(0o700)  # whatever the umask
-            self._events = os.open(
-                path / "events.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600
-            )
+            # owner-only: a run directory holds a node's logs, its pod spec and its verdict; a
+            # link placed at it, or at events.jsonl, is refused (runbook/atomic.py)
+            atomic.owner_only_dir(path)
+            self._events = atomic.open_append(path / "events.jsonl")
         if exclusive:
             try:
                 fcntl.flock(self._events, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -114,7 +111,7 @@ class RunDirectory:
     def write_json(self, name: str, data: Any) -> None:
         """`name` in the run directory, replaced atomically (redacted, like every write)."""
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / name, data)
+            _atomic_json(self.path / name, data, self.path)
 
     def event(self, kind: str, **data: Any) -> None:
         record = redact_data(
@@ -125,11 +122,11 @@ class RunDirectory:
 
     def save_state(self, state: Mapping[str, Any]) -> None:
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / "state.json", state)
+            _atomic_json(self.path / "state.json", state, self.path)
 
     def save_verdict(self, verdict: Verdict) -> None:
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / "verdict.json", verdict.to_json())
+            _atomic_json(self.path / "verdict.json", verdict.to_json(), self.path)
 
     def close(self) -> None:
         if self._events >= 0:

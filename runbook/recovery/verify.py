@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runbook import atomic
 from runbook.errors import RunbookError
 from runbook.recovery.replay import (
     DEFAULT_PATTERN,
@@ -215,13 +216,11 @@ def verify(
     if walked.run_dir:
         for judged in outcome.results if outcome is not None else []:
             raw = Path(walked.run_dir) / "replay" / f"stage-{judged.stage.index}.json"
-            raw.parent.mkdir(parents=True, exist_ok=True)
-            raw.write_text(json.dumps(redact_data(judged.report), indent=1, default=str))
-        (Path(walked.run_dir) / "verification.json").write_text(
-            json.dumps(
-                redact_data({"verified": ok, "reason": reason, **details}), indent=2, default=str
-            )
-        )
+            text = json.dumps(redact_data(judged.report), indent=1, default=str)
+            atomic.write_text(raw, text, within=Path(walked.run_dir))
+        summary = redact_data({"verified": ok, "reason": reason, **details})
+        atomic.write_text(Path(walked.run_dir) / "verification.json",
+                          json.dumps(summary, indent=2, default=str), within=Path(walked.run_dir))
     updated = record(desk, pid, verified=ok, reason=reason, details=details, actor=actor)
     return VerifyResult(updated, ok, reason, verdict, outcome, note or None,
                         Path(walked.run_dir) if walked.run_dir else None, details)

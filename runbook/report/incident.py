@@ -11,7 +11,6 @@ evidence still in memory (`runbook collect --sanitize`). A sanitized copy is its
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from runbook import atomic
 from runbook import bundle as bundle_mod
 from runbook.errors import BundleError, UsageError
 from runbook.report import markdown
@@ -83,7 +83,7 @@ def sanitize_bundle(source: Path, target: Path) -> Sanitizer:
     for name in names:
         for block in _blocks(source / name):
             sanitizer.observe(name, block)
-    target.mkdir(parents=True, exist_ok=True)
+    atomic.real_dir(target)
     meta = None
     for name in names:
         out_name = sanitizer.path(name)
@@ -91,13 +91,11 @@ def sanitize_bundle(source: Path, target: Path) -> Sanitizer:
         if name == "bundle.yaml":
             meta = out, sanitizer.text((source / name).read_text(errors="replace"))
             continue
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with out.open("w", encoding="utf-8", newline="") as handle:
-            for block in _blocks(source / name):
-                handle.write(sanitizer.text(block))
+        chunks = (sanitizer.text(block) for block in _blocks(source / name))
+        atomic.write_chunks(out, chunks, within=target)
     if meta is not None:
         bundle_mod.parse_meta(meta[1])  # still a bundle: refuse to write one that is not
-        meta[0].write_text(meta[1], encoding="utf-8")
+        atomic.write_text(meta[0], meta[1], within=target)
     return sanitizer
 
 
@@ -138,13 +136,9 @@ def sanitize_results(
 
 
 def write_private(path: Path, data: Mapping[str, Any]) -> None:
-    """Write JSON readable by its owner only (mode 0600, whatever the file was before)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        json.dump(data, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+    """Write JSON readable by its owner only (mode 0600, whatever the file was before), by
+    rename: a link at its name is replaced, its target never written or chmodded."""
+    atomic.write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=0o600)
 
 
 def check_map_path(map_path: Path, *outputs: Path) -> None:

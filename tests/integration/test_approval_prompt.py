@@ -60,7 +60,7 @@ def test_approve_at_the_prompt_runs_the_playbook(tmp_path: Path, checkout: Path)
     assert size_limit(checkout / "job.yaml") == "80Gi"
     (proposal,) = state_of(tmp_path)
     assert proposal["state"] == "succeeded"
-    assert proposal["decided_by"].startswith("oncall")
+    assert proposal["decided_by"].endswith(" as oncall")  # the OS user, and --as
 
 
 def test_deny_at_the_prompt_records_the_reason_and_changes_nothing(
