@@ -327,12 +327,12 @@ class Desk:
 
             raise Conflict(self.store._not_pending(proposal))
         if proposal.expired:
-            age = (time.time() - proposal.created_at) / 3600
+            age = _duration(time.time() - proposal.created_at)
+            ttl = _duration(proposal.expires_at - proposal.created_at)
             raise self._refuse(
                 proposal,
                 actor,
-                f"stale: proposed {age:.1f} h ago, past its TTL of "
-                f"{(proposal.expires_at - proposal.created_at) / 3600:.1f} h; "
+                f"stale: proposed {age} ago, past its TTL of {ttl}; "
                 "re-run the runbook for fresh evidence",
             )
         plan = self.plan_of(proposal) if proposal.plan and "playbook" in proposal.plan else None
@@ -446,6 +446,17 @@ class Desk:
             comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
             return {"comparison": comparisons}
         return {}
+
+
+def _duration(seconds: float) -> str:
+    """`45 s`, `12 min`, `3.5 h`, `2.0 d`: a TTL of seconds does not read as "0.0 h"."""
+    if seconds < 120:
+        return f"{max(seconds, 0):.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _stop_if_interrupted(result: PlaybookResult) -> None:

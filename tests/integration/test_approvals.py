@@ -175,7 +175,8 @@ def test_a_stale_proposal_is_refused_with_the_reason(cli, checkout: Path, tmp_pa
     pid = queue(cli, checkout)
     time.sleep(1.2)
     refused = cli("approvals", "approve", pid)
-    assert refused.rc == 1 and "stale" in refused.stderr and "TTL" in refused.stderr
+    assert refused.rc == 1 and "stale" in refused.stderr and "TTL of 1 s" in refused.stderr
+    assert "0.0 h" not in refused.stderr  # a TTL of seconds reads as seconds
     assert (checkout / "job.yaml").read_text() == JOB
     shown = json.loads(cli("approvals", "show", pid, "--format", "json").stdout)
     assert shown["state"] == "refused" and "stale" in shown["reason"]
