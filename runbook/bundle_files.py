@@ -38,8 +38,9 @@ MAX_MULTI_BYTES = 32 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 MAX_SCAN_BYTES = 8 * 1024**3
 MAX_BUNDLE_BYTES = 32 * 1024**3
-#: files and directories walked when listing a bundle
+#: files and directories walked when listing a bundle, and how deep
 MAX_ENTRIES = 20000
+MAX_DEPTH = 64
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
@@ -180,21 +181,32 @@ class BundleFiles:
         return read.data
 
     def walk(self) -> list[Path]:
-        """Every regular file inside the bundle (links that leave it are left out), at most
-        MAX_ENTRIES entries looked at."""
+        """Every regular file inside the bundle, in name order (links are not followed; a file
+        link that leaves the bundle is left out); at most MAX_ENTRIES entries and MAX_DEPTH
+        directories deep — walked with a stack, not recursion (a 1500-deep tree is a one-line
+        refusal, not a RecursionError)."""
         found: list[Path] = []
         seen = 0
-        for directory, dirs, files in os.walk(self.root):
-            dirs.sort()
-            seen += len(dirs) + len(files)
+        stack: list[tuple[Path, int]] = [(self.root, 0)]
+        while stack:
+            directory, depth = stack.pop()
+            if depth > MAX_DEPTH:
+                raise BundleError(f"{self.root}: directories nested more than {MAX_DEPTH} deep")
+            try:
+                entries = sorted(os.scandir(directory), key=lambda e: e.name, reverse=True)
+            except OSError as exc:
+                raise BundleError(f"{directory}: {exc.strerror or exc}") from None
+            seen += len(entries)
             if seen > MAX_ENTRIES:
                 raise BundleError(f"{self.root}: more than {MAX_ENTRIES} files")
-            for name in sorted(files):
-                path = Path(directory) / name
+            for entry in entries:
+                path = Path(entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append((path, depth + 1))
+                    continue
                 try:
-                    rel = path.relative_to(self.root).as_posix()
-                    if self.locate(rel) is not None:
+                    if self.locate(path.relative_to(self.root).as_posix()) is not None:
                         found.append(path)
                 except BundleError:
                     continue
-        return found
+        return sorted(found)

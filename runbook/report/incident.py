@@ -52,10 +52,13 @@ def _blocks(path: Path) -> Iterator[str]:
 
 
 def _files(root: Path) -> list[str]:
+    """The bundle's files (through the bundle reader's walk: bounded, no link followed out)."""
+    from runbook.bundle_files import BundleFiles
+
     names = [
         p.relative_to(root).as_posix()
-        for p in root.rglob("*")
-        if p.is_file() and not p.is_symlink() and not p.name.startswith(".")
+        for p in BundleFiles(root).walk()
+        if not p.is_symlink() and not p.name.startswith(".")
     ]
     return observe_order(names)
 

@@ -194,3 +194,23 @@ def test_a_small_archive_of_a_large_file_is_read_in_bounded_memory(tmp_path: Pat
     assert rc == 0, stderr
     assert rss < RSS_LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
     json.loads(stdout)
+
+
+def test_a_deep_directory_tree_is_a_one_line_refusal_not_a_recursion_error(
+    tmp_path: Path,
+) -> None:
+    """The walk is a loop with a depth bound (1500 deep was a RecursionError; 300 here, so
+    the test's own clean-up, recursive in this Python, stays within its limit)."""
+    root = bundle(tmp_path)
+    fd = os.open(root / "app", os.O_RDONLY)
+    try:
+        for _ in range(300):  # by directory descriptors
+            os.mkdir("d", dir_fd=fd)
+            inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    rc, _, stderr, _ = runbook(tmp_path, "report", str(root), "--sanitize")
+    one_line_refusal(rc, stderr)
+    assert "nested more than" in stderr
