@@ -10,10 +10,11 @@ The first word is the node: a target (`ssh://[user@]host[:port]`, `kubectl://NS/
 `local`) or a host name, which is the inventory's entry of that name when an inventory is
 given (and must be in it), else `ssh://USER@NAME:22`. The other words are `key=value`
 (shell quoting allowed): `ranks=` (a list of ranks and ranges: `0,1`, `0-7`) fills the node's
-ranks; `node=` names the node (default: the host of an ssh target, the pod of a kubectl one,
-the inventory name); every other key is a runbook variable for that node (as `--var`, after
-the inventory's `runbook_vars`). Each node also gets `nodes` (how many the file lists) unless
-its line sets it. Every bad line is reported at once, as FILE:LINE, in one error.
+ranks; `node=` names the node (default: the host of an ssh target — `host:port` when the file
+lists that host on several ports —, the pod of a kubectl one, the inventory name); every other
+key is a runbook variable for that node (as `--var`, after the inventory's `runbook_vars`).
+Each node also gets `nodes` (how many the file lists) unless its line sets it. Every bad line
+is reported at once, as FILE:LINE, in one error.
 """
 
 from __future__ import annotations
@@ -66,13 +67,22 @@ def parse_ranks(text: str) -> tuple[int, ...]:
     return tuple(ranks)
 
 
-def _entry(word: str, inventory: dict[str, HostEntry], has_inventory: bool, user: str) -> HostEntry:
-    """The target of a line's first word (UsageError when it is not one)."""
+def _entry(
+    word: str,
+    inventory: dict[str, HostEntry],
+    has_inventory: bool,
+    user: str,
+    shared: frozenset[str] = frozenset(),
+) -> HostEntry:
+    """The target of a line's first word (UsageError when it is not one). `shared`: hosts the
+    file lists on more than one port (each such node is named `host:port`)."""
     if word == "local":
         return HostEntry("local", "local")
     if word.startswith("ssh://"):
         address = SSHAddress.parse(word.removeprefix("ssh://"), default_user=user)
-        return HostEntry(address.host, str(address))
+        # two sshd ports on one address are two nodes (containers, test rigs): name them apart
+        name = f"{address.host}:{address.port}" if address.host in shared else address.host
+        return HostEntry(name, str(address))
     if word.startswith("kubectl://"):
         _, pod = parse_kubectl_target(word.removeprefix("kubectl://"))
         return HostEntry(pod, word)
@@ -85,6 +95,19 @@ def _entry(word: str, inventory: dict[str, HostEntry], has_inventory: bool, user
     if not _HOST.match(word):
         raise UsageError(f"not a host name: {word!r}")
     return HostEntry(word, f"ssh://{user}@{word}:22")
+
+
+def _hosts_on_several_ports(text: str, user: str) -> frozenset[str]:
+    ports: dict[str, set[int]] = {}
+    for line in text.splitlines():
+        try:
+            words = shlex.split(line, comments=True)
+            if words and words[0].startswith("ssh://"):
+                address = SSHAddress.parse(words[0].removeprefix("ssh://"), default_user=user)
+                ports.setdefault(address.host, set()).add(address.port)
+        except (ValueError, UsageError):
+            continue  # the line's own error is reported where it is parsed
+    return frozenset(host for host, found in ports.items() if len(found) > 1)
 
 
 def parse_hosts_file(
@@ -100,6 +123,7 @@ def parse_hosts_file(
     problems: list[str] = []
     nodes: list[tuple[JobNode, dict[str, Any]]] = []
     seen: dict[str, int] = {}
+    shared = _hosts_on_several_ports(text, user)
     for number, line in enumerate(text.splitlines(), start=1):
         where = f"{source}:{number}"
         try:
@@ -110,7 +134,7 @@ def parse_hosts_file(
         if not words:
             continue
         try:
-            entry = _entry(words[0], by_name, bool(inventory), user)
+            entry = _entry(words[0], by_name, bool(inventory), user, shared)
         except UsageError as exc:
             problems.append(f"{where}: {exc}")
             continue

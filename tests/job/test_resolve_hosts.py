@@ -113,3 +113,12 @@ def test_the_flag_and_the_hosts_ref_read_the_same_file(tmp_path: Path) -> None:
 )
 def test_ranks_are_numbers_and_ranges(text: str, ranks: tuple[int, ...]) -> None:
     assert parse_ranks(text) == ranks
+
+
+def test_two_ports_of_one_address_are_two_nodes_and_one_port_twice_is_one() -> None:
+    spec = parse_hosts_file(
+        "ssh://root@10.0.0.5:2201 ranks=0\nssh://root@10.0.0.5:2202 ranks=1\n", source="h"
+    )
+    assert [n.name for n in spec.nodes] == ["10.0.0.5:2201", "10.0.0.5:2202"]
+    with pytest.raises(JobError, match="already listed on line 1"):
+        parse_hosts_file("ssh://root@10.0.0.5:2201\nssh://root@10.0.0.5:2201\n", source="h")
