@@ -35,6 +35,26 @@ class Finished:
         return json.loads(self.stdout)
 
 
+#: `python -m runbook ARGS`, writing its own peak RSS (VmHWM, KiB) to $RUNBOOK_TEST_PEAK as it
+#: exits. wait4's ru_maxrss is no measure of the CLI: Linux counts in it the memory the child
+#: shared with its parent before exec — the whole test process, hundreds of MiB late in a run.
+_PEAK = """
+import atexit, os, runpy, sys
+def _peak():
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    with open(os.environ["RUNBOOK_TEST_PEAK"], "w") as out:
+                        out.write(line.split()[1])
+    except OSError:
+        pass
+atexit.register(_peak)
+sys.argv = ["runbook", *sys.argv[1:]]
+runpy.run_module("runbook", run_name="__main__", alter_sys=True)
+"""
+
+
 class Background:
     """`python -m runbook ARGS` started now (stdin closed, output to files), for a test that
     acts while it runs; `finish()` reaps it with wait4, which reports its peak RSS. `prefix`
@@ -50,15 +70,17 @@ class Background:
     ) -> None:
         work.mkdir(parents=True, exist_ok=True)
         self._out_path, self._err_path = work / "stdout", work / "stderr"
+        self._peak_path = work / "peak-rss-kib"
+        self._peak_path.unlink(missing_ok=True)
         self._finished: Finished | None = None
         self.started = time.monotonic()
         with self._out_path.open("wb") as out, self._err_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [*prefix, sys.executable, "-m", "runbook", *args],
+                [*prefix, sys.executable, "-c", _PEAK, *args],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
-                env=env,
+                env={**env, "RUNBOOK_TEST_PEAK": str(self._peak_path)},
                 cwd=REPO,
                 start_new_session=True,
             )
@@ -76,9 +98,17 @@ class Background:
             self._out_path.read_text(errors="replace"),
             self._err_path.read_text(errors="replace"),
             time.monotonic() - self.started,
-            usage.ru_maxrss / 1024,  # KiB on Linux
+            self._peak_mib(usage.ru_maxrss),
         )
         return self._finished
+
+    def _peak_mib(self, maxrss_kib: int) -> float:
+        """The CLI's own peak (a process killed before it could say: wait4's, an upper
+        bound)."""
+        try:
+            return int(self._peak_path.read_text()) / 1024
+        except (OSError, ValueError):
+            return maxrss_kib / 1024
 
     def finish(self, timeout: float = 60.0) -> Finished:
         """Wait for the CLI; kill it (and fail) when it runs past `timeout`."""

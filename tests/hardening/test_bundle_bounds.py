@@ -24,11 +24,13 @@ DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
 SECRET = "s3cr3t-outside-the-bundle-7f1d"
 RSS_LIMIT_MIB = 300
 
+#: the CLI's own peak (VmHWM: ru_maxrss would count the test process the child was forked from)
 _MEASURED = """
-import resource, sys
+import sys
 from runbook.cli import main
 rc = main(sys.argv[1:])
-print(f"maxrss-kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}", file=sys.stderr)
+peak = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))
+print(f"maxrss-kib={peak}", file=sys.stderr)
 sys.exit(rc)
 """
 
