@@ -62,14 +62,15 @@ def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _desk(ctx: click.Context) -> Any:
+def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
+    """The approval desk; `readonly` for commands that only read (they work on a full disk)."""
     from runbook.remedies.approval import Desk
 
     obj = ctx.find_root().obj or {}
     cfg = config_mod.load(
         Path(obj["config"]) if obj.get("config") else None, db=ctx.obj.get("db")
     )
-    return Desk(cfg)
+    return Desk(cfg, readonly=readonly)
 
 
 @click.group()
@@ -93,7 +94,7 @@ def approvals(ctx: click.Context, db: str | None) -> None:
 @click.pass_context
 def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
     """List queued proposals."""
-    with _desk(ctx) as desk:
+    with _desk(ctx, readonly=True) as desk:
         wanted = None if "all" in states else (states or ("pending", "running"))
         items = desk.store.list(states=wanted)
     if fmt == "json":
@@ -179,7 +180,7 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
 @click.pass_context
 def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     """Show one proposal: summary, the evidence it rests on, the exact playbook and variables."""
-    with _desk(ctx) as desk:
+    with _desk(ctx, readonly=True) as desk:
         p = desk.store.get(pid)
     if fmt == "json":
         click.echo(json.dumps(p.as_dict(), indent=2, default=str))
@@ -303,7 +304,7 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
     path, cfg = _audit_paths(ctx, log, db)
     anchor = None
     if cfg.db.exists():
-        with Store(cfg.db) as store:
+        with Store(cfg.db, readonly=True) as store:  # reads only: works on a full disk
             anchor = store.audit_head()
     result = verify(path, anchor=anchor)
     if result.ok:

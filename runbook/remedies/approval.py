@@ -83,9 +83,11 @@ def _evidence(verdict: Verdict) -> dict[str, Any]:
 
 
 class Desk:
-    def __init__(self, config: Config, *, remedies_dir: Path | None = None) -> None:
+    def __init__(
+        self, config: Config, *, remedies_dir: Path | None = None, readonly: bool = False
+    ) -> None:
         self.config = config
-        self.store = Store(config.db)
+        self.store = Store(config.db, readonly=readonly)
         self.audit = AuditLog(config.audit_log)
         self.remedies_dir = remedies_dir or config.db.parent / "remedies"
 

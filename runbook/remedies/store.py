@@ -27,6 +27,7 @@ import secrets
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -179,8 +180,14 @@ def _row(row: sqlite3.Row) -> Proposal:
 
 
 class Store:
-    def __init__(self, path: Path, *, timeout: float = 30.0) -> None:
+    def __init__(self, path: Path, *, timeout: float = 30.0, readonly: bool = False) -> None:
+        """`readonly`: for commands that only read (`approvals list`, `show`, `audit verify`):
+        nothing is created or written, so they work on a full disk; an absent store reads as
+        an empty one."""
         self.path = path
+        if readonly:
+            self._open_readonly(path, timeout)
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             if not path.exists():
@@ -203,6 +210,34 @@ class Store:
             if exc.errno in NO_SPACE:
                 raise DiskFullError(f"no space left on {path.parent} ({exc.strerror})") from exc
             raise StoreError(f"approval store {path}: {exc.strerror or exc}") from exc
+
+    def _open_readonly(self, path: Path, timeout: float) -> None:
+        try:
+            if not path.exists():
+                self._db = sqlite3.connect(":memory:", isolation_level=None)
+                self._db.executescript(_SCHEMA)
+                self._db.row_factory = sqlite3.Row
+                return
+            uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
+            try:
+                self._db = self._readable(uri, timeout)
+            except sqlite3.DatabaseError:
+                # a WAL database whose shared-memory file is gone needs one made to be read; on
+                # a full disk it cannot be: read the file as it is (a snapshot, no locks)
+                self._db = self._readable(uri + "&immutable=1", timeout)
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from exc
+
+    @staticmethod
+    def _readable(uri: str, timeout: float) -> sqlite3.Connection:
+        db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("SELECT 1 FROM proposals LIMIT 1").fetchall()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
 
     def close(self) -> None:
         self._db.close()

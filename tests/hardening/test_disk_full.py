@@ -315,3 +315,23 @@ def test_an_event_that_does_not_fit_is_not_appended_in_part(
         _no_temporaries(path)
     finally:
         directory.close()
+
+
+def test_reading_the_queue_and_verifying_the_audit_trail_work_on_a_full_disk(
+    disks: PrivateDisks, tmp_path: Path
+) -> None:
+    """`approvals list`, `approvals show` and `audit verify` only read: a full disk under the
+    store does not stop them (they opened the store for writing, and failed with
+    `disk I/O error`)."""
+    env = cli_env(tmp_path)
+    state = disks.full / "state"
+    env["RUNBOOK_STATE_DIR"] = str(state)
+    first = disks.cli(_replay(OOM), env, tmp_path / "1")
+    assert first.rc == 0, first.stderr[-2000:]
+    disks.fill(disks.full)
+    listed = disks.cli(["approvals", "list", "--format", "json"], env, tmp_path / "2")
+    assert listed.rc == 0, listed.stderr
+    (proposal,) = [p for p in json.loads(listed.stdout) if p["state"] == "pending"][:1]
+    shown = disks.cli(["approvals", "show", proposal["id"]], env, tmp_path / "3")
+    assert shown.rc == 0, shown.stderr
+    _audit_verify(disks, env, tmp_path / "4")
