@@ -18,6 +18,7 @@ import base64
 import hashlib
 import logging
 import re
+import secrets
 import shlex
 import socket
 import threading
@@ -221,9 +222,21 @@ def _dropped(channel: paramiko.Channel) -> bool:
     return channel.closed and not channel.eof_received and channel.exit_status == -1
 
 
-def wrap_for_pgid(command: str) -> str:
-    """The remote form of a probe: report the process group first, then run it."""
-    return "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+def wrap_for_pgid(command: str, token: str = "") -> str:
+    """The remote form of a probe: report the process group first, then run it.
+
+    `token` marks the probe for a cancel that cannot wait for the process-group line (a slow
+    login shell or ForceCommand wrapper held it back past the timeout): the command carries
+    it in its environment (RBK_PROBE), and it does not start at all once a cancel file for
+    it exists (see `_cancel`)."""
+    if not token:
+        return "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+    cancel = f'"${{TMPDIR:-/tmp}}/.rbk-cancel-{token}"'
+    return (
+        f"if [ -e {cancel} ]; then rm -f {cancel}; exit 124; fi; "
+        f"RBK_PROBE={token}; export RBK_PROBE; "
+        "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+    )
 
 
 class SSHTransport:
@@ -272,8 +285,9 @@ class SSHTransport:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
                 # as bytes: a value that was not UTF-8 (`--var v=$'\xff'`, kept by Python as
                 # lone surrogates) reaches the shell as the bytes it was, still one quoted word
+                token = secrets.token_hex(8)
                 channel.exec_command(
-                    wrap_for_pgid(probe.command).encode("utf-8", "surrogateescape")
+                    wrap_for_pgid(probe.command, token).encode("utf-8", "surrogateescape")
                 )
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 return CommandResult(
@@ -283,7 +297,7 @@ class SSHTransport:
                     duration=time.monotonic() - start,
                 )
             try:
-                return self._read(channel, probe, start)
+                return self._read(channel, probe, start, token)
             except Exception as exc:  # a dying connection must be a result, never a crash
                 log.debug("%s: %s failed", self.address, probe.name, exc_info=True)
                 return CommandResult(
@@ -295,7 +309,9 @@ class SSHTransport:
             finally:
                 channel.close()
 
-    def _read(self, channel: paramiko.Channel, probe: Probe, start: float) -> CommandResult:
+    def _read(
+        self, channel: paramiko.Channel, probe: Probe, start: float, token: str = ""
+    ) -> CommandResult:
         # Polled, not select()ed: Channel.fileno() gives each channel an OS pipe that paramiko
         # closes from its own thread when the server closes the channel, so a select() in
         # another thread can race a closed (or already reused) descriptor. The wait is on the
@@ -346,6 +362,8 @@ class SSHTransport:
             raw_err = raw_err[mark.end() :]
         if timed_out and mark:
             self._kill_group(int(mark.group(1)))
+        elif timed_out and token:
+            self._cancel(token)
         return CommandResult(
             name=probe.name,
             command=probe.command,
@@ -379,6 +397,18 @@ class SSHTransport:
         transport = self._client.get_transport()
         return transport is not None and transport.is_active()
 
+    def _cancel(self, token: str) -> None:
+        """A probe that timed out before it said its process group: keep it from starting
+        (its cancel file) and kill whatever of it already runs (found by RBK_PROBE)."""
+        cancel = f'"${{TMPDIR:-/tmp}}/.rbk-cancel-{token}"'
+        command = (
+            f"touch {cancel}; "
+            "for d in /proc/[0-9]*; do "
+            f"if tr '\\0' '\\n' < $d/environ 2>/dev/null | grep -qx 'RBK_PROBE={token}'; "
+            'then kill -KILL "${d#/proc/}" 2>/dev/null; fi; done; true'
+        )
+        self._second_channel(command, f"cancel timed-out probe {token}")
+
     def _kill_group(self, pgid: int) -> None:
         """Stop a timed-out command's whole process group from a second channel."""
         command = (
@@ -387,6 +417,11 @@ class SSHTransport:
             "do sleep 0.05; i=$((i+1)); done; "
             f"kill -KILL -- -{pgid} 2>/dev/null; true"
         )
+        self._second_channel(command, f"stop timed-out process group {pgid}")
+
+    def _second_channel(self, command: str, what: str) -> None:
+        """Run `command` on a channel of its own, waiting a few seconds for it (a slow login
+        may hold it back; it goes on after the channel closes)."""
         try:
             channel = self._transport().open_session(timeout=self.options.connect_timeout)
             try:
@@ -395,9 +430,7 @@ class SSHTransport:
             finally:
                 channel.close()
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            log.warning(
-                "%s: could not stop timed-out process group %d: %s", self.address, pgid, exc
-            )
+            log.warning("%s: could not %s: %s", self.address, what, exc)
 
     def close(self) -> None:
         self._client.close()

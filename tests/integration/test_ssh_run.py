@@ -251,3 +251,33 @@ def test_output_sent_after_the_exit_status_is_not_lost(ssh_host, known_hosts, cl
     finally:
         transport.close()
     assert result.exited == 0 and result.stdout == "early\nlate\n", result
+
+
+def test_a_probe_timed_out_before_its_process_group_line_never_runs_on(
+    ssh_host, known_hosts, client_key, cli
+) -> None:  # type: ignore[no-untyped-def]
+    """A slow login (here a ForceCommand wrapper that sleeps before running the command, as
+    site login wrappers and slow PAM stacks do) holds the probe back past its 1 s timeout,
+    before it could say its process group. The wrapper ignores SIGPIPE (as a Python wrapper
+    does, and its children inherit), so the command still starts after the channel closed:
+    it is cancelled by its token — kept from starting, or killed by the RBK_PROBE in its
+    environment — instead of running on for good."""
+    host = ssh_host(
+        "slowlogin",
+        extra_sshd_config=(
+            "ForceCommand trap '' PIPE; sleep 2; exec /bin/sh -c \"$SSH_ORIGINAL_COMMAND\""
+        ),
+    )
+    result = cli(
+        "run", str(RUNBOOKS / "echo-var.yaml"), *_ssh_args(host, known_hosts, client_key),
+        "--var", "value=x", "--var", "sleep_s=3187", "--format", "json", timeout=120,
+    )  # fmt: skip
+    assert result.rc == 0, result.stderr
+    stages = {s["id"]: s for s in result.json()["stages"]}
+    assert "timed out" in stages["hang"]["not_collected"]["hang.txt"]
+    assert stages["after"]["status"] == "ok"
+    deadline = time.monotonic() + 10  # the held-back command would have started by now
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        leftover = subprocess.run(["pgrep", "-f", "sleep 3187"], capture_output=True, text=True)
+        assert leftover.stdout.strip() == "", f"remote command survived: {leftover.stdout}"
