@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from runbook.errors import UsageError
 
@@ -53,6 +54,33 @@ def owner_only_dir(path: Path) -> None:
         os.chmod(path, 0o700)
 
 
+def _replace(
+    path: Path,
+    fill: Callable[[BinaryIO], object],
+    *,
+    suffix: str = "",
+    mode: int | None,
+    within: Path | None,
+) -> None:
+    """Write a temporary beside `path` with `fill`, fsync it, rename it over `path`."""
+    if within is not None:
+        real_dir(path.parent, within=within)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            fill(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_bytes(
     path: Path,
     data: bytes,
@@ -64,22 +92,7 @@ def write_bytes(
     """Replace `path` with `data`. `suffix` names the temporary (a directory watcher may read
     every `*.prom`); `mode` sets the file's permissions (default: mkstemp's 0600); `within`:
     see the module docstring."""
-    if within is not None:
-        real_dir(path.parent, within=within)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _replace(path, lambda handle: handle.write(data), suffix=suffix, mode=mode, within=within)
 
 
 def write_chunks(
@@ -87,23 +100,12 @@ def write_chunks(
 ) -> None:
     """Replace `path` with the text `chunks` make, written as they come (a large file is
     never held whole)."""
-    if within is not None:
-        real_dir(path.parent, within=within)
-    else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            for chunk in chunks:
-                handle.write(chunk)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    def fill(handle: BinaryIO) -> None:
+        for chunk in chunks:
+            handle.write(chunk.encode("utf-8"))
+
+    _replace(path, fill, mode=mode, within=within)
 
 
 def write_text(

@@ -374,31 +374,18 @@ def _lines_of(text: str) -> Iterator[str]:
         start = end
 
 
-def _copy_redacted(result: CommandResult, path: Path) -> None:
+def _copy_redacted(result: CommandResult, path: Path, root: Path) -> None:
     """Output too large to redact in one piece (a file-backed replay, or a capture at its
     bound), written block by block with its credentials redacted."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with contextlib.ExitStack() as stack:
-            if result.source_path is not None and not result.stdout:
-                src: Iterable[str] = stack.enter_context(
-                    io.TextIOWrapper(
-                        result.open_source(), encoding="utf-8", errors="replace", newline=""
-                    )
-                )
-            else:
-                src = _lines_of(result.stdout)
-            dst = stack.enter_context(os.fdopen(fd, "w", encoding="utf-8", newline=""))
-            for block in redact_lines(src):
-                dst.write(block)
-            dst.flush()
-            os.fsync(dst.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with contextlib.ExitStack() as stack:
+        if result.source_path is not None and not result.stdout:
+            src: Iterable[str] = stack.enter_context(
+                io.TextIOWrapper(result.open_source(), encoding="utf-8", errors="replace",
+                                 newline="")
+            )  # fmt: skip
+        else:
+            src = _lines_of(result.stdout)
+        atomic.write_chunks(path, redact_lines(src), within=root)
 
 
 def write_result(root: Path, result: CommandResult) -> None:
@@ -411,7 +398,7 @@ def write_result(root: Path, result: CommandResult) -> None:
         big = len(result.stdout) > _STREAM_CHARS
         atomic.real_dir(path.parent, within=root)  # no directory link placed in the bundle
         if big or (result.source_path is not None and not result.stdout):
-            _copy_redacted(result, path)  # credentials never written
+            _copy_redacted(result, path, root)  # credentials never written
         else:
             _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"), root)
         rc = "" if result.exited is None else str(result.exited)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runbook import atomic
 from runbook.ansible_text import unsafe_yaml
 from runbook.errors import RunbookError
 
@@ -169,16 +170,6 @@ def _outcome(event: Mapping[str, Any]) -> TaskOutcome | None:
     )
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write `text` to `path`, owner-only, replacing what was there (never through a link)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
-
-
 def run_playbook(
     playbook: str,
     *,
@@ -200,8 +191,9 @@ def run_playbook(
     private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     # ansible-runner reads env/extravars (as `-e @file`) and the inventory file as they are
     inventory_file = private_dir / "inventory" / "hosts.yml"
-    _write_private(private_dir / "env" / "extravars", unsafe_yaml(extravars))
-    _write_private(inventory_file, unsafe_yaml(inventory))
+    # owner-only, replaced by rename (never written through a link)
+    for path, data in ((private_dir / "env" / "extravars", extravars), (inventory_file, inventory)):
+        atomic.write_text(path, unsafe_yaml(data), mode=0o600, within=private_dir)
     # ssh control sockets need a short path (108 bytes); the private dir can be deep
     control = tempfile.mkdtemp(prefix="rbcp")
     bindir = str(Path(sys.executable).parent)
