@@ -369,6 +369,11 @@ class Verdict:
         )
 
 
+def facts_of(verdict: Verdict | None, parser: str) -> Mapping[str, Any]:
+    """`verdict.facts_of(parser)`, and {} for a host that has no verdict."""
+    return verdict.facts_of(parser) if verdict is not None else {}
+
+
 def to_json(verdict: Verdict) -> dict[str, Any]:
     return verdict.to_json()
 

@@ -25,18 +25,13 @@ from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
 from runbook.sweep.results import HostResult
-from runbook.verdict import EvidenceRef, Verdict
+from runbook.verdict import EvidenceRef, Verdict, facts_of
 
 #: failures on this share of the reached nodes (and at least 3 of them, or every node of a
 #: 2-node job) within SHARED_WINDOW_S of each other are one shared cause
 SHARED_SHARE = 0.75
 SHARED_WINDOW_S = 5.0
 NOT_A_CAUSE = ("healthy", "inconclusive")
-
-
-def stage_facts(verdict: Verdict | None, parser: str) -> Mapping[str, Any]:
-    """The first stage's facts of `parser` in a node verdict ({} when none)."""
-    return verdict.facts_of(parser) if verdict is not None else {}
 
 
 #: a line's place: a verdict's evidence, or a parser fact that has source, line and time
@@ -177,7 +172,7 @@ def _surfaced(results: Sequence[HostResult], clocks: Mapping[str, NodeClock]) ->
     """The error the job surfaced as: the rank that reported it and when (corrected)."""
     best: dict[str, Any] = {}
     for result in results:
-        applog = stage_facts(result.verdict, "applog")
+        applog = facts_of(result.verdict, "applog")
         surfaced = applog.get("surfaced") if isinstance(applog.get("surfaced"), Mapping) else None
         if not surfaced:
             continue
@@ -231,16 +226,16 @@ def shared_cause(
 
 def _value(metric: str, verdict: Verdict | None) -> Any:
     if metric == "xid":
-        return len(stage_facts(verdict, "dmesg").get("xids") or [])
+        return len(facts_of(verdict, "dmesg").get("xids") or [])
     if metric == "aer":
-        return len(stage_facts(verdict, "dmesg").get("aer") or [])
+        return len(facts_of(verdict, "dmesg").get("aer") or [])
     if metric == "driver":
-        return stage_facts(verdict, "nvidia_smi").get("driver_version")
+        return facts_of(verdict, "nvidia_smi").get("driver_version")
     if metric == "transport":
-        kinds = stage_facts(verdict, "nccl_log").get("transport_kinds") or []
+        kinds = facts_of(verdict, "nccl_log").get("transport_kinds") or []
         return ",".join(sorted(kinds)) or None
     if metric == "busbw":
-        runs = stage_facts(verdict, "nccl_tests").get("runs") or {}
+        runs = facts_of(verdict, "nccl_tests").get("runs") or {}
         values = [r.get("avg_busbw") for r in runs.values() if isinstance(r, Mapping)]
         numbers = [float(v) for v in values if isinstance(v, int | float)]
         return min(numbers) if numbers else None
@@ -320,8 +315,8 @@ def _node_memory(host: str, verdict: Verdict | None, ranks: int | None) -> dict[
     """One node's row: its cgroup's peak and limit, and what one rank costs there — from the
     live processes when the node still had them (the rank's own anon plus its workers' own
     anon, lesson 5's terms), else the cgroup's peak shared over the node's ranks."""
-    cgroup = stage_facts(verdict, "cgroup")
-    procmem = stage_facts(verdict, "procmem")
+    cgroup = facts_of(verdict, "cgroup")
+    procmem = facts_of(verdict, "procmem")
     peak = cgroup.get("peak_bytes") or cgroup.get("usage_bytes")
     per_rank = _max((procmem.get("per_rank") or {}).get("group_anon_bytes"))
     row: dict[str, Any] = {
@@ -353,9 +348,9 @@ def job_memory(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
     ranks_on = {n.name: len([r for r in n.ranks if r is not None]) for n in spec.nodes}
     rows = []
     for result in results:
-        if not stage_facts(result.verdict, "cgroup"):
+        if not facts_of(result.verdict, "cgroup"):
             continue
-        applog = stage_facts(result.verdict, "applog")
+        applog = facts_of(result.verdict, "applog")
         ranks = (
             ranks_on.get(result.host)
             or len([r for r in applog.get("ranks") or [] if r.get("rank") is not None])

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from runbook.job.models import JobSpec, RankSpec
 from runbook.sweep.results import HostResult
-from runbook.verdict import Verdict
+from runbook.verdict import facts_of
 
 if TYPE_CHECKING:
     from runbook.job.merge import NodeClock
@@ -38,10 +38,6 @@ def _iso(moment: dt.datetime | None) -> str | None:
     )
 
 
-def _facts(verdict: Verdict | None, parser: str) -> Mapping[str, Any]:
-    return verdict.facts_of(parser) if verdict is not None else {}
-
-
 def _own_oom_kills(result: HostResult) -> list[dict[str, Any]]:
     """The OOM kills the node's verdict blamed (its host-memory-oom chain evidence that is a
     dmesg memcg record), with the killed pid where dmesg gave it."""
@@ -52,14 +48,14 @@ def _own_oom_kills(result: HostResult) -> list[dict[str, Any]]:
         for e in link.evidence
     }
     kills = []
-    for oom in _facts(result.verdict, "dmesg").get("memcg_ooms") or []:
+    for oom in facts_of(result.verdict, "dmesg").get("memcg_ooms") or []:
         if (oom.get("source"), oom.get("line")) in blamed or (
             oom.get("source"),
             oom.get("kill_line"),
         ) in blamed:
             kills.append(oom)
     if not kills and blamed:
-        cgroup = _facts(result.verdict, "cgroup")
+        cgroup = facts_of(result.verdict, "cgroup")
         if cgroup.get("oom_kills"):
             kills.append(
                 {
@@ -166,7 +162,7 @@ def rank_table(
         }
     for result in results:
         clock = clocks[result.host]
-        applog = _facts(result.verdict, "applog")
+        applog = facts_of(result.verdict, "applog")
         kills = _own_oom_kills(result)
         silent = set(applog.get("silent_ranks") or [])
         exits: list[tuple[dict[str, Any], Mapping[str, Any]]] = []
