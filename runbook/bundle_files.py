@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runbook.errors import BundleError
+from runbook.remedies.units import human as _human
 
 MAX_META_BYTES = 64 * 1024
 MAX_SIDE_BYTES = 64 * 1024
@@ -43,13 +44,6 @@ MAX_ENTRIES = 20000
 MAX_DEPTH = 64
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
-
-
-def _human(size: int) -> str:
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= scale:
-            return f"{size / scale:.1f} {unit}"
-    return f"{size} B"
 
 
 @dataclass(frozen=True)
