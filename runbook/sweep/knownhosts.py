@@ -27,14 +27,14 @@ class KnownHosts:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._lock = threading.Lock()
-        self._parsed: dict[tuple[str, int, int], known_hosts.KnownHosts] = {}
+        self._parsed: dict[tuple[str, int, int], known_hosts.KnownHostsFile] = {}
         #: files written this sweep, by what they were written from: aliases sharing an
         #: address (same names, same file) share one file, written once
         self._written: dict[Path, tuple[str, int, int]] = {}
 
     def _load(
         self, path: Path
-    ) -> tuple[tuple[str, int, int], known_hosts.KnownHosts] | None:
+    ) -> tuple[tuple[str, int, int], known_hosts.KnownHostsFile] | None:
         try:
             stat = path.stat()
         except FileNotFoundError:

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class KnownHosts:
+class KnownHostsFile:
     keys: paramiko.HostKeys
     #: (key type, base64) of every revoked key
     revoked: set[tuple[str, str]] = field(default_factory=set)
@@ -36,10 +36,10 @@ class KnownHosts:
         return (key.get_name(), key.get_base64()) in self.revoked
 
 
-def read(path: Path) -> KnownHosts:
+def read(path: Path) -> KnownHostsFile:
     """The file's keys, revocations and skipped lines; OSError when it cannot be read."""
     keys = paramiko.HostKeys()
-    result = KnownHosts(keys)
+    result = KnownHostsFile(keys)
     authorities: list[int] = []
     entries: list[HostKeyEntry] = []
     text = path.read_text(encoding="utf-8", errors="replace")

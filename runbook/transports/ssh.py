@@ -37,7 +37,7 @@ from runbook.errors import (
 from runbook.transports import known_hosts
 from runbook.transports.base import CommandResult, Probe, decode
 from runbook.transports.capture import BoundedBuffer
-from runbook.transports.known_hosts import KnownHosts
+from runbook.transports.known_hosts import KnownHostsFile
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     record them in known_hosts."""
 
     def __init__(
-        self, options: SSHOptions, address: SSHAddress, known: KnownHosts | None = None
+        self, options: SSHOptions, address: SSHAddress, known: KnownHostsFile | None = None
     ) -> None:
         self.options = options
         self.address = address
