@@ -12,40 +12,26 @@ import io
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.hardening.runs import run_now
+
 DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
 SECRET = "s3cr3t-outside-the-bundle-7f1d"
 RSS_LIMIT_MIB = 300
 
-#: the CLI's own peak (VmHWM: ru_maxrss would count the test process the child was forked from)
-_MEASURED = """
-import sys
-from runbook.cli import main
-rc = main(sys.argv[1:])
-peak = next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:"))
-print(f"maxrss-kib={peak}", file=sys.stderr)
-sys.exit(rc)
-"""
-
-
 def runbook(tmp: Path, *args: str, timeout: float = 120) -> tuple[int, str, str, float]:
     """`runbook ARGS` in a child process (its state under `tmp`): exit code, stdout, stderr
-    (its last line, the peak RSS, taken off) and that peak in MiB."""
-    out = subprocess.run(
-        [sys.executable, "-c", _MEASURED, *args],
-        capture_output=True, text=True, timeout=timeout, check=False,
-        env={**os.environ, "RUNBOOK_STATE_DIR": str(tmp / "state")},
-    )  # fmt: skip
-    lines = out.stderr.rstrip("\n").split("\n")
-    rss = float(lines[-1].split("=", 1)[1]) / 1024 if lines[-1].startswith("maxrss") else -1.0
-    return out.returncode, out.stdout, "\n".join(lines[:-1]), rss
+    and the CLI's own peak RSS in MiB (runs.run_now)."""
+    work = Path(tempfile.mkdtemp(prefix="cli-", dir=tmp))
+    done = run_now(list(args), {**os.environ, "RUNBOOK_STATE_DIR": str(tmp / "state")}, work,
+                   timeout=timeout)  # fmt: skip
+    return done.rc, done.stdout, done.stderr, done.max_rss_mib
 
 
 def bundle(tmp_path: Path) -> Path:
