@@ -169,12 +169,10 @@ class Bundle:
             raise BundleError(f"{source}: not a bundle directory or .tar.gz")
         files = BundleFiles(root)
         try:
-            meta = parse_meta(files.meta().decode("utf-8", errors="replace"))
-        except BundleError as exc:
+            meta = parse_meta(files.meta(shown=source).decode("utf-8", errors="replace"))
+        except BundleError:
             if cleanup:
                 cleanup.cleanup()
-            if "no bundle.yaml" in str(exc):
-                raise BundleError(f"{source}: not a bundle (no bundle.yaml)") from None
             raise
         return cls(root, meta, cleanup, files)
 
@@ -407,7 +405,7 @@ def write_result(root: Path, result: CommandResult) -> None:
         err = result.stderr
         for note in (result.failure, TRUNCATED_NOTE if result.truncated else None):
             if note and note not in err:
-                err += ("\n" if err and not err.endswith("\n") else "") + f"runbook: {note}\n"
+                err = _noted(err, note)
         if err:
             err_path = path.with_name(path.name + ".err")
             _atomic_write(err_path, redact(err).encode("utf-8", errors="replace"), root)

@@ -161,11 +161,12 @@ class BundleFiles:
         take = self._allow(min(size, MAX_SCAN_BYTES))
         return Read(b"", size, size - take)
 
-    def meta(self) -> bytes:
-        """`bundle.yaml`'s bytes; BundleError when absent or larger than any real one."""
+    def meta(self, shown: Path | str | None = None) -> bytes:
+        """`bundle.yaml`'s bytes; BundleError when absent or larger than any real one.
+        `shown`: the bundle as the user named it (an archive unpacks elsewhere)."""
         path = self.locate("bundle.yaml")
         if path is None:
-            raise BundleError(f"{self.root}: not a bundle (no bundle.yaml)")
+            raise BundleError(f"{shown or self.root}: not a bundle (no bundle.yaml)")
         read = self.read(path, MAX_META_BYTES + 1)
         if read.size > MAX_META_BYTES:
             raise BundleError(
