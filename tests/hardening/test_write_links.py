@@ -105,3 +105,83 @@ def test_report_output_and_map_links_are_replaced_not_written_through(
     untouched(other)
     assert not out.is_symlink() and "#" in out.read_text()
     assert not mapping.is_symlink() and stat.S_IMODE(mapping.stat().st_mode) == 0o600
+
+
+def test_a_directory_swapped_for_a_link_mid_write_cannot_redirect_it(tmp_path: Path) -> None:
+    """The write is made relative to the directory it checked (held open by descriptor): the
+    bundle's app/ renamed away and replaced by a link to the victim's directory while the
+    file is being written, the file lands in the directory that was checked and nothing
+    reaches the victim's."""
+    from runbook import atomic
+
+    root = tmp_path / "bundle"
+    outside = tmp_path / "victim"
+    outside.mkdir()
+
+    def chunks():  # type: ignore[no-untyped-def]
+        yield "first line\n"
+        (root / "app").rename(root / "app.checked")
+        (root / "app").symlink_to(outside, target_is_directory=True)
+        yield "second line\n"
+
+    atomic.write_chunks(root / "app" / "rank0.log", chunks(), within=root)
+    assert list(outside.iterdir()) == []
+    assert (root / "app.checked" / "rank0.log").read_text() == "first line\nsecond line\n"
+    assert [p.name for p in (root / "app.checked").iterdir()] == ["rank0.log"]  # no temporary
+
+
+def test_a_directory_flipped_to_a_link_while_writing_never_lets_a_write_out(
+    tmp_path: Path,
+) -> None:
+    """A racing local user flips bundle/app between a real directory and a link to the
+    victim's directory as fast as it can while files are written below it: every write
+    either lands in a real app/ directory or is refused in one line, and none lands in the
+    victim's directory. (A check of the path followed by a write by path loses this race.)"""
+    import ctypes
+    import threading
+
+    from runbook import atomic
+    from runbook.errors import UsageError
+
+    root = tmp_path / "bundle"
+    outside = tmp_path / "victim"
+    outside.mkdir()
+    (root / "app").mkdir(parents=True)
+    stop = threading.Event()
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+
+    def exchange(a: Path, b: Path) -> None:  # renameat2(RENAME_EXCHANGE): never a gap
+        if libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), rename_exchange) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
+
+    flips = 0
+    flipping = threading.Event()
+
+    def flip() -> None:
+        nonlocal flips
+        link = root / "app.link"
+        link.symlink_to(outside, target_is_directory=True)
+        while not stop.is_set():
+            exchange(root / "app", link)
+            flips += 1
+            flipping.set()
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    assert flipping.wait(10)
+    written = refused = 0
+    try:
+        for i in range(400):
+            try:
+                atomic.write_bytes(root / "app" / f"f{i}.log", b"x\n", within=root)
+                written += 1
+            except UsageError:
+                refused += 1
+    finally:
+        stop.set()
+        flipper.join()
+    assert list(outside.iterdir()) == []
+    assert written + refused == 400 and written > 0, (written, refused)
+    assert flips > 0
