@@ -323,20 +323,31 @@ def is_multi(name: str) -> bool:
 
 def split_multi(result: CommandResult) -> list[CommandResult]:
     """A multi-file probe's output as one result per file, named `DIR/BASENAME` after the
-    probe's directory (`app/*.log` + `==> /var/log/train/rank-3.log <==` → `app/rank-3.log`)."""
+    probe's directory (`app/*.log` + `==> /var/log/train/rank-3.log <==` → `app/rank-3.log`).
+
+    The probe's standard error goes with the file a line names (a bundle read bound that cut
+    `app/rank-7.log`); a line naming none of them (tail's "cannot open" of another file, "N
+    files, only the first 1024 read") goes with the last file, where the output was cut if it
+    was: that file, and a file a note names, are the ones marked truncated, not all of them."""
     directory = PurePosixPath(result.name).parent
-    files: list[tuple[str, list[str]]] = []
+    files: list[tuple[str, str, list[str]]] = []  # (member name, header path, lines)
     for line in result.stdout.splitlines(keepends=True):
         match = _HEADER.match(line.rstrip("\n"))
         if match:
-            base = PurePosixPath(match.group(1).strip()).name or "unnamed"
-            files.append((str(directory / base) if str(directory) != "." else base, []))
+            source = match.group(1).strip()
+            base = PurePosixPath(source).name or "unnamed"
+            files.append((str(directory / base) if str(directory) != "." else base, source, []))
         elif files:
-            files[-1][1].append(line)
+            files[-1][2].append(line)
         elif line.strip():
-            files.append((result.name.replace("*", "output"), [line]))
+            files.append((result.name.replace("*", "output"), "", [line]))
+    notes = result.stderr.splitlines(keepends=True)
+    named = {
+        i: [n for n in notes if source and source in n] for i, (_, source, _) in enumerate(files)
+    }
+    unnamed = [n for n in notes if not any(n in own for own in named.values())]
     split = []
-    for name, lines in files:
+    for i, (name, _, lines) in enumerate(files):
         text = "".join(lines)
         if text.endswith("\n\n"):  # tail -v separates files with one blank line
             text = text[:-1]
@@ -344,15 +355,18 @@ def split_multi(result: CommandResult) -> list[CommandResult]:
             safe_member_name(name)
         except BundleError:
             continue
+        last = i == len(files) - 1
+        own = named[i] + (unnamed if last else [])
         # a file that came back was read: its status is 0 whatever tail said of the others
         split.append(
             CommandResult(
                 name,
                 result.command,
                 stdout=text,
+                stderr="".join(own),
                 exited=0,
                 duration=result.duration,
-                truncated=result.truncated,
+                truncated=result.truncated and (last or bool(named[i])),
             )
         )
     return split

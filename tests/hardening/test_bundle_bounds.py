@@ -202,3 +202,36 @@ def test_a_deep_directory_tree_is_a_one_line_refusal_not_a_recursion_error(
     rc, _, stderr, _ = runbook(tmp_path, "report", str(root), "--sanitize")
     one_line_refusal(rc, stderr)
     assert "nested more than" in stderr
+
+
+def test_a_bundle_of_30000_log_files_reads_the_first_1024_and_keeps_its_verdict(
+    tmp_path: Path,
+) -> None:
+    """A flood of files in app/ (more than a bundle listing walks): a replayed run reads the
+    first MAX_MULTI_FILES of them by name, says so in the evidence, and reaches the verdict
+    of the bundle without the flood, in bounded memory."""
+    from runbook.bundle import MAX_MULTI_FILES
+
+    clean = bundle(tmp_path / "clean")
+    rc, stdout, stderr, _ = runbook(tmp_path, "analyze", str(clean), "--format", "json")
+    assert rc == 0, stderr
+    expected = json.loads(stdout)["root_cause"]
+    root = bundle(tmp_path)
+    for i in range(30000):
+        (root / "app" / f"zz-{i:05d}.log").write_bytes(b"step 1 ok\n")
+    run_dir = tmp_path / "run"
+    rc, stdout, stderr, rss = runbook(
+        tmp_path, "run", "nccl-init-failure", "--target", f"replay://{root}", "--no-input",
+        "--format", "json", "--run-dir", str(run_dir), timeout=300,
+    )  # fmt: skip
+    assert rc == 0, stderr
+    assert rss < RSS_LIMIT_MIB, f"peak RSS {rss:.0f} MiB"
+    assert json.loads(stdout)["root_cause"] == expected == "host-memory-oom"
+    copied = [p for p in (run_dir / "bundle" / "app").iterdir() if p.suffix == ".log"]
+    assert len(copied) == MAX_MULTI_FILES
+    # the cut is said once, with the last file read; the files read whole are not "truncated"
+    errs = {p.name: p.read_text() for p in (run_dir / "bundle" / "app").glob("*.err")}
+    assert list(errs) == [f"{sorted(copied)[-1].name}.err"], list(errs)[:5]
+    assert f"app/*.log: 30008 files, only the first {MAX_MULTI_FILES} read" in "".join(
+        errs.values()
+    )

@@ -124,6 +124,29 @@ def test_multi_file_output_splits_into_one_file_per_header() -> None:
     assert pieces == {"app/rank-0.log": "a\nb\n", "app/rank-1.log": "c\n"}
 
 
+def test_a_multi_file_probes_notes_go_with_the_file_they_name_and_the_cut_with_the_last() -> None:
+    """Standard error is not copied onto every file, nor is `truncated`: a note naming a file
+    goes with it, the rest (and the stream's cut) with the last file."""
+    joined = CommandResult(
+        "app/*.log",
+        "tail -v -n 100 -- /var/log/train/*.log",
+        stdout=("==> /var/log/train/rank-0.log <==\na\n\n==> /var/log/train/rank-1.log <==\nb\n"
+                "\n==> /var/log/train/rank-2.log <==\nc\n"),
+        stderr=("runbook: /var/log/train/rank-1.log is 2.0 GiB: only its last 16.0 MiB were read\n"
+                "tail: cannot open '/var/log/train/rank-9.log' for reading: Permission denied\n"),
+        exited=0,
+        truncated=True,
+    )  # fmt: skip
+    pieces = {p.name: p for p in split_multi(joined)}
+    assert {n: (p.stderr, p.truncated) for n, p in pieces.items()} == {
+        "app/rank-0.log": ("", False),
+        "app/rank-1.log": (joined.stderr.splitlines(keepends=True)[0], True),
+        "app/rank-2.log": (joined.stderr.splitlines(keepends=True)[1], True),
+    }
+    whole = split_multi(CommandResult("app/*.log", "", stdout=joined.stdout, exited=0))
+    assert [(p.stderr, p.truncated) for p in whole] == [("", False)] * 3
+
+
 def test_a_replayed_multi_file_probe_splits_the_same_as_the_live_one(tmp_path: Path) -> None:
     root = tmp_path / "b"
     write_bundle(root, BundleMeta(node="n", collected_at="x"), [
