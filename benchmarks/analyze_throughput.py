@@ -1,13 +1,22 @@
 """Benchmark: `runbook analyze` on a bundle with a huge dmesg.txt and journal-kubelet.txt.
 
-Builds (once, under --workdir) a bundle whose `dmesg.txt` and `journal-kubelet.txt` together
-hold --size-mib of ordinary kernel and kubelet chatter with a few real signatures buried in
-them (a memcg OOM, NVIDIA pinning failures, an Xid, a TaskOOM), then measures:
+Builds (once per shape, under --workdir) a bundle whose `dmesg.txt` (3/4) and
+`journal-kubelet.txt` (1/4) together hold --size-mib of kernel and kubelet lines with the
+article's incident buried in them (a memcg OOM, NVIDIA pinning failures, an Xid, a TaskOOM),
+in three shapes of kernel log:
+  * quiet    ordinary chatter (network, filesystems, audit) with few keyword hits;
+  * chatter  about one line in ten is ordinary NVIDIA driver output (`NVRM: GPU at PCI:…`,
+             `NVRM: loading NVIDIA UNIX …`), which holds the driver's keyword but no fault;
+  * aer      a corrected-AER storm: a third of the lines are the four-line records a flapping
+             PCIe link floods a node with (`AER: Corrected error received`, `PCIe Bus Error:
+             severity=Corrected`, the status line, the error bit);
+then measures, for each:
   * `runbook analyze BUNDLE --format json`: wall seconds and peak RSS (the child's ru_maxrss);
   * `grep -c -E` with the parsers' signature patterns over the same two files;
-and checks the analysis found the buried signatures.
+and checks the analysis found the buried signatures and the verdict.
 
-Run:  .venv/bin/python -m benchmarks.analyze_throughput [--size-mib 1024] [--workdir /tmp/rbk-big]
+Run:  .venv/bin/python -m benchmarks.analyze_throughput [--size-mib 1024] [--shape quiet chatter aer]
+      [--workdir /tmp/rbk-big]
 """
 
 from __future__ import annotations
@@ -27,6 +36,18 @@ DMESG_FILLER = [
     "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] EXT4-fs (nvme1n1p{p}): mounted filesystem with ordered data mode. Quota mode: none.",
     "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] audit: type=1400 audit({n}.123:{p}): apparmor=\"STATUS\" operation=\"profile_replace\" profile=\"unconfined\" name=\"cri-containerd.apparmor.d\" pid={n} comm=\"apparmor_parser\"",
     "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] nvidia-uvm: Loaded the UVM driver, major device number 509.",
+]
+DRIVER_CHATTER = [
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] NVRM: GPU at PCI:0000:{b:02x}:00: GPU-5d4f{n:04x}-7a2c-11ee-9b3d-0242ac120002",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] NVRM: GPU Board Serial Number: 16523{n:05d}",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.15  Tue Mar  5 22:23:56 UTC 2024",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] NVRM: Persistence mode is deprecated and will be removed in a future release. Please use nvidia-persistenced instead.",
+]
+AER_RECORD = [
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] pcieport 0000:{r:02x}:01.0: AER: Corrected error received: 0000:{b:02x}:00.0",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] nvidia 0000:{b:02x}:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] nvidia 0000:{b:02x}:00.0:   device [10de:2330] error status/mask=00000001/0000e000",
+    "[Wed Mar  4 09:{m:02d}:{s:02d} 2026] nvidia 0000:{b:02x}:00.0:    [ 0] RxErr                  (First)",
 ]
 JOURNAL_FILLER = [
     'Mar 04 09:{m:02d}:{s:02d} gpu-node-07 kubelet[2231]: I0304 09:{m:02d}:{s:02d}.118273    2231 kubelet.go:2453] "SyncLoop (probe)" probe="readiness" status="ready" pod="ml/svc-{n}"',
@@ -54,14 +75,31 @@ PATTERNS = {
 }
 
 
-def _write(path: Path, filler: list[str], signatures: list[str], size: int) -> None:
-    """`size` bytes of filler with the signatures spread at 1/3 and 2/3 of the file."""
+def _templates(filler: list[str], shape: str, count: int) -> list[str]:
+    """`count` line templates of the kernel log's `shape` (see the module docstring)."""
+    out: list[str] = []
+    n = 0
+    while len(out) < count:
+        if shape == "chatter" and n % 10 == 0:
+            out.append(DRIVER_CHATTER[(n // 10) % len(DRIVER_CHATTER)])
+        elif shape == "aer" and n % 12 == 0:
+            out.extend(AER_RECORD)
+            n += len(AER_RECORD)
+            continue
+        else:
+            out.append(filler[n % len(filler)])
+        n += 1
+    return out[:count]
+
+
+def _write(path: Path, templates: list[str], signatures: list[str], size: int) -> None:
+    """`size` bytes of the templates' lines with the signatures at 1/3 and 3/4 of the file."""
     block_lines = []
-    for n in range(4000):
-        template = filler[n % len(filler)]
-        block_lines.append(template.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8))
+    for n, template in enumerate(templates):
+        block_lines.append(template.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8,
+                                           b=0x1B + (n // 97) % 4, r=(n // 97) % 4))  # fmt: skip
     block = ("\n".join(block_lines) + "\n").encode()
-    marks = {size // 3, 2 * size // 3}
+    marks = {size // 3, 3 * size // 4}
     written = 0
     with path.open("wb") as handle:
         while written < size:
@@ -73,8 +111,8 @@ def _write(path: Path, filler: list[str], signatures: list[str], size: int) -> N
                     marks.discard(mark)
 
 
-def build(workdir: Path, size_mib: int) -> Path:
-    bundle = workdir / f"bundle-{size_mib}"
+def build(workdir: Path, size_mib: int, shape: str = "quiet") -> Path:
+    bundle = workdir / (f"bundle-{size_mib}" if shape == "quiet" else f"bundle-{shape}-{size_mib}")
     stamp = bundle / ".complete"
     if stamp.exists():
         return bundle
@@ -83,8 +121,10 @@ def build(workdir: Path, size_mib: int) -> Path:
     (bundle / "bundle.yaml").write_text(
         "format: 1\nnode: gpu-node-07\ncollected_at: '2026-03-04T10:40:00+00:00'\n"
     )
-    _write(bundle / "dmesg.txt", DMESG_FILLER, DMESG_SIGNATURES, total * 3 // 4)
-    _write(bundle / "journal-kubelet.txt", JOURNAL_FILLER, JOURNAL_SIGNATURES, total // 4)
+    kernel = _templates(DMESG_FILLER, shape, 4800)
+    _write(bundle / "dmesg.txt", kernel, DMESG_SIGNATURES, total * 3 // 4)
+    _write(bundle / "journal-kubelet.txt", _templates(JOURNAL_FILLER, "quiet", 4000),
+           JOURNAL_SIGNATURES, total // 4)  # fmt: skip
     stamp.write_text("ok\n")
     return bundle
 
@@ -99,43 +139,67 @@ def _timed(argv: list[str]) -> tuple[float, int, subprocess.CompletedProcess[str
     return wall, peak, proc
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size-mib", type=int, default=1024)
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/rbk-big"))
-    args = parser.parse_args()
-    started = time.perf_counter()
-    bundle = build(args.workdir, args.size_mib)
-    sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.suffix == ".txt"}
-    print(f"bundle {bundle}: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sizes.items())
-          + f" (built in {time.perf_counter() - started:.1f} s)")  # fmt: skip
-
+def measure(bundle: Path, shape: str) -> dict[str, object]:
+    """One shape: analyze's wall time and peak RSS, its verdict, grep's wall time."""
     wall, peak, proc = _timed(
         [sys.executable, "-m", "runbook", "analyze", str(bundle), "--format", "json"]
     )
     if proc.returncode != 0:
-        print(proc.stderr, file=sys.stderr)
-        return 1
+        raise SystemExit(f"analyze failed on {bundle}:\n{proc.stderr}")
     verdict = json.loads(proc.stdout)
     dmesg = next(s for s in verdict["stages"] if s["id"] == "kernel-logs")["facts"]["dmesg"]
-    found = {
-        "memcg_ooms": dmesg["totals"].get("memcg_ooms", 0),
-        "pin_failures": dmesg["totals"].get("pin_failures", 0),
-        "xids": dmesg["totals"].get("xids", 0),
-    }
-    print(f"runbook analyze: {wall:.2f} s, peak RSS {peak / 2**20:.0f} MiB, "
-          f"root cause {verdict['root_cause']}, found {found}")  # fmt: skip
-
+    found = {k: dmesg["totals"].get(k, 0) for k in ("memcg_ooms", "pin_failures", "xids")}
     grep_wall = 0.0
+    counts = {}
     for name, pattern in PATTERNS.items():
         start = time.perf_counter()
         out = subprocess.run(["grep", "-c", "-E", pattern, str(bundle / name)],
                              capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})  # fmt: skip
         grep_wall += time.perf_counter() - start
-        print(f"  grep -c -E over {name}: {out.stdout.strip()} lines")
-    print(f"grep -c -E (both files): {grep_wall:.2f} s")
-    print(f"ratio analyze/grep: {wall / grep_wall:.2f}x (target <= 3x); peak RSS target < 300 MiB")
-    return 0
+        counts[name] = int(out.stdout.strip() or 0)
+    return {
+        "shape": shape,
+        "analyze_s": wall,
+        "rss_mib": peak / 2**20,
+        "grep_s": grep_wall,
+        "ratio": wall / grep_wall,
+        "grep_lines": counts,
+        "root_cause": verdict["root_cause"],
+        "first_anomaly": (verdict.get("first_anomaly") or {}).get("evidence", {}),
+        "found": found,
+        "aer": dmesg["totals"].get("aer_corrected", dmesg["totals"].get("aer", 0)),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mib", type=int, default=1024)
+    parser.add_argument("--shape", nargs="+", choices=["quiet", "chatter", "aer"],
+                        default=["quiet", "chatter", "aer"])  # fmt: skip
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/rbk-big"))
+    args = parser.parse_args()
+    rows = []
+    for shape in args.shape:
+        started = time.perf_counter()
+        bundle = build(args.workdir, args.size_mib, shape)
+        sizes = {p.name: p.stat().st_size for p in bundle.iterdir() if p.suffix == ".txt"}
+        print(f"[{shape}] bundle {bundle}: "
+              + ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in sizes.items())
+              + f" (ready in {time.perf_counter() - started:.1f} s)", flush=True)  # fmt: skip
+        row = measure(bundle, shape)
+        print(f"[{shape}] runbook analyze {row['analyze_s']:.2f} s, peak RSS "
+              f"{row['rss_mib']:.0f} MiB; grep -c -E {row['grep_s']:.2f} s "
+              f"({row['grep_lines']}); ratio {row['ratio']:.2f}x; root cause "
+              f"{row['root_cause']}, found {row['found']}", flush=True)  # fmt: skip
+        rows.append(row)
+    print()
+    print("| shape | analyze s | grep s | ratio | peak RSS MiB | root cause |")
+    print("|---|---:|---:|---:|---:|---|")
+    for row in rows:
+        print(f"| {row['shape']} | {row['analyze_s']:.2f} | {row['grep_s']:.2f} | "
+              f"{row['ratio']:.2f}x | {row['rss_mib']:.0f} | {row['root_cause']} |")  # fmt: skip
+    print("targets: ratio <= 3x (aim 1.5x), peak RSS < 300 MiB, the same verdict in every shape")
+    return 0 if len({r["root_cause"] for r in rows}) == 1 else 1
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ class Signature:
     #: a finer label some rules use (`killed`, `exception`)
     kind: str | None = None
     seen_in: str = ""
+    #: literal words, one of which every line a kernel pattern matches holds: the kernel log's
+    #: pre-filter hands the parser only lines holding a keyword (runbook/parsers/scan.py)
+    keywords: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,12 @@ class Catalog:
     #: one alternation of every pattern: a line that misses it is no signature (one search)
     any_pattern: re.Pattern[str]
     compiled: tuple[tuple[Signature, re.Pattern[str]], ...]
+
+    @property
+    def kernel_keywords(self) -> tuple[str, ...]:
+        """The keywords of every kernel signature, each once."""
+        words = (w for s in self.signatures if s.cls == "kernel" for w in s.keywords)
+        return tuple(dict.fromkeys(words))
 
     def by_id(self, sig_id: str) -> Signature:
         for sig in self.signatures:
@@ -111,6 +120,17 @@ def _entry(raw: Any, index: int) -> Signature:
             except re.error as exc:
                 raise CatalogError(f"{where}: pattern {p!r}: {exc}") from None
         raise CatalogError(f"{where}: its patterns do not combine") from None
+    keywords = raw.get("keywords", [])
+    if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
+        raise CatalogError(f"{where}: keywords must be a list of non-empty strings")
+    if cls == "kernel":
+        # the pre-filter must never hide a line a pattern matches: each pattern holds one
+        # of the keywords as literal text
+        if not keywords:
+            raise CatalogError(f"{where}: a kernel signature needs keywords (the pre-filter's)")
+        for p in patterns:
+            if not any(k in p for k in keywords):
+                raise CatalogError(f"{where}: pattern {p!r} holds none of its keywords")
     return Signature(
         id=sig_id,
         cls=cls,
@@ -120,6 +140,7 @@ def _entry(raw: Any, index: int) -> Signature:
         info=bool(raw.get("info", False)),
         kind=raw.get("kind"),
         seen_in=str(raw.get("seen_in", "")),
+        keywords=tuple(keywords),
     )
 
 

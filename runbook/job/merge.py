@@ -227,8 +227,9 @@ def shared_cause(
 def _value(metric: str, verdict: Verdict | None) -> Any:
     if metric == "xid":
         return len(facts_of(verdict, "dmesg").get("xids") or [])
-    if metric == "aer":
-        return len(facts_of(verdict, "dmesg").get("aer") or [])
+    if metric == "aer":  # every report, corrected ones included (a flapping link)
+        totals = facts_of(verdict, "dmesg").get("totals") or {}
+        return int(totals.get("aer") or 0) + int(totals.get("aer_corrected") or 0)
     if metric == "driver":
         return facts_of(verdict, "nvidia_smi").get("driver_version")
     if metric == "transport":
@@ -244,7 +245,7 @@ def _value(metric: str, verdict: Verdict | None) -> Any:
 
 LABELS = {
     "xid": "Xid events in dmesg",
-    "aer": "PCIe AER records in dmesg",
+    "aer": "PCIe AER reports in dmesg",
     "driver": "NVIDIA driver version",
     "transport": "NCCL transport chosen",
     "busbw": "nccl-tests average bus bandwidth (GB/s)",

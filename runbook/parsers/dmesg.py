@@ -10,6 +10,7 @@ a neighbour's. The parser streams: memory is bounded whatever the log's size.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -31,7 +32,7 @@ from runbook.parsers._common import (
 )
 from runbook.parsers.clock import boot_time, parse_clock
 from runbook.parsers.registry import Files, register
-from runbook.parsers.scan import candidates
+from runbook.parsers.scan import Tally, candidates
 
 SOURCE = "dmesg.txt"
 #: a limit at or above this many bytes is "unlimited" (v1 prints PAGE_COUNTER_MAX pages)
@@ -142,6 +143,17 @@ class AerEvent(KernelEvidence):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CorrectedAer:
+    """Corrected PCIe AER reports received from one device: counted, not kept one by one (a
+    flapping link reports hundreds of thousands; the hardware recovered from every one)."""
+
+    device: str
+    reports: int
+    first: KernelEvidence
+    last: KernelEvidence
+
+
+@dataclass(frozen=True, kw_only=True)
 class KernelSignature(KernelEvidence):
     """A kernel line the signature catalog names (IOMMU faults): role and cause from it."""
 
@@ -158,6 +170,7 @@ class DmesgFacts:
     pin_failures: tuple[PinFailure, ...]
     xids: tuple[XidEvent, ...]
     fallen_off_bus: tuple[FallenOffBus, ...]
+    #: uncorrected AER errors, each decoded with its detail lines
     aer: tuple[AerEvent, ...]
     lines: int
     #: how many of each record there were (lists keep the first MAX_RECORDS)
@@ -170,6 +183,8 @@ class DmesgFacts:
     #: False when the file has lines but none of them was understood (no known stamp and no
     #: record): such a file proves nothing absent
     recognized: bool = True
+    #: corrected AER reports, per device in the order first reported
+    aer_corrected: tuple[CorrectedAer, ...] = ()
 
     @property
     def iommu_faults(self) -> tuple[KernelSignature, ...]:
@@ -194,24 +209,59 @@ class DmesgFacts:
 
 # --- patterns ------------------------------------------------------------------------------------
 
-#: words of the kernel lines the signature catalog names (see `catalog_hits`)
-_CATALOG_WORDS = ("AMD-Vi", "DMAR", "IO_PAGE_FAULT", "SXid")
-#: literal keywords, one of which is on every line a record starts on or is recorded whole
-KEYWORDS = (
+#: literal keywords, one of which is on every line a record starts on or is recorded whole;
+#: as narrow as the records' own patterns, so ordinary driver output (`NVRM: GPU at PCI:…`,
+#: `NVRM: loading …`) and corrected AER reports (see CORRECTED_AER) are not candidates
+_RECORD_KEYWORDS = (
     "oom-kill", "Task in ", ": usage ", "Kill process", "Killed process", "Out of memory",
-    "page allocation", "os_lock_user_pages", "Cannot map memory", "NVRM", "fallen off the bus",
-    "Fallen off the bus", "AER", "PCIe Bus Error", "Call Trace",
-    *_CATALOG_WORDS,
+    "page allocation", "os_lock_user_pages", "Cannot map memory", "NVRM: Xid",
+    "NVRM: The NVIDIA GPU", "fallen off the bus", "Fallen off the bus", "AER: Uncorrect",
+    "AER: Multiple Uncorrect", "severity=Uncorrect", "Call Trace",
 )  # fmt: skip
 #: keywords that open a multi-line record, and how many following lines it may span
-WINDOWS = {"Memory cgroup stats": 80, "AER": 6, "PCIe Bus Error": 6, "NVRM: The NVIDIA GPU": 4}
-
-#: every line on which a record can start or be recorded whole contains one of these
-_TRIGGER = re.compile(
-    r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
-    r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"
-    r"|Call Trace|" + "|".join(re.escape(w) for w in _CATALOG_WORDS)
+WINDOWS = {
+    "Memory cgroup stats": 80, "AER: Uncorrect": 6, "AER: Multiple Uncorrect": 6,
+    "severity=Uncorrect": 6, "NVRM: The NVIDIA GPU": 4,
+}  # fmt: skip
+#: a corrected AER report's first line; the device it names is the key it is counted under
+#: (kernels 3.x–6.x: `AER: Corrected error received: 0000:18:00.0`, `… received: id=0010`,
+#: `AER: Multiple Correctable error message received from 0000:00:1c.0`)
+_CORRECTED_AER = (
+    r"AER: (?:Multiple )?Correct(?:ed|able) error (?:message )?received(?::| from) (?:id=)?(\S+)"
 )
+CORRECTED_AER = _CORRECTED_AER.encode()
+_CORRECTED = re.compile(_CORRECTED_AER, re.ASCII)  # \S as the bytes pattern reads it
+
+
+@functools.cache
+def catalog_words() -> tuple[str, ...]:
+    """The keywords of the catalog's kernel signatures (runbook/data/signatures.yaml)."""
+    return signatures.catalog().kernel_keywords
+
+
+def keywords() -> tuple[str, ...]:
+    """Every keyword of the pre-filter: the records' own and the catalog's kernel lines'."""
+    return (*_RECORD_KEYWORDS, *catalog_words())
+
+
+def candidate_lines(result: Any) -> candidates:
+    """The lines of a kernel log the parser needs, numbered, with corrected AER reports
+    tallied (scan.Tally) instead of handed on."""
+    return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER))
+
+
+
+
+@functools.cache
+def _trigger() -> re.Pattern[str]:
+    """Every line on which a record can start or be recorded whole matches this (the slow
+    path's filter: broader than the keywords, it is only a shortcut past chatter)."""
+    return re.compile(
+        r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
+        r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"
+        r"|Call Trace|" + "|".join(re.escape(w) for w in catalog_words())
+    )
+
 
 _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+(?:\([^)]*\))?)"
@@ -370,7 +420,7 @@ def parse_dmesg(
 ) -> DmesgFacts:
     """Parse kernel log lines into DmesgFacts (see the module docstring). With `numbered`,
     `lines` yields (line number, line) pairs — only the lines `scan.candidates` picked out of
-    a big log (KEYWORDS, WINDOWS) — and everything else is taken to be chatter."""
+    a big log (candidate_lines) — and everything else is taken to be chatter."""
     ref = TimeRef(collected_at)
     counter = Counter()
     memcg: list[OomEvent] = []
@@ -383,6 +433,11 @@ def parse_dmesg(
     xid_seen: dict[tuple[str, int], int] = {}
     iommu: list[KernelSignature] = []
     catalog = signatures.catalog()
+    words = catalog_words()
+    trigger = _trigger()
+    # numbered lines from candidate_lines come with their corrected AER reports tallied
+    tally: Tally | None = getattr(lines, "tally", None) if numbered else None
+    corrected: dict[str, list[Any]] = {}  # device → [reports, first line, last line]
 
     oom: _Oom | None = None
     aer: _Aer | None = None
@@ -427,9 +482,23 @@ def parse_dmesg(
             and trace_left <= 0
             and pending_gpu is None
             and (aer is None or n - aer.last_line > 6)
-            and not _TRIGGER.search(raw)
+            and not trigger.search(raw)
         ):
             last_time = last_up = None  # an unstamped line after this must not inherit a time
+            continue
+        # a corrected AER report: counted under its device (by the scanner's tally when the
+        # lines are its candidates), never decoded into a record; it ends an open AER record
+        cm = _CORRECTED.search(raw) if "orrect" in raw else None
+        if cm is not None:
+            if tally is None:
+                seen = corrected.get(cm.group(1))
+                if seen is None:
+                    corrected[cm.group(1)] = [1, (n, raw.rstrip("\r")), (n, raw.rstrip("\r"))]
+                else:
+                    seen[0] += 1
+                    seen[2] = (n, raw.rstrip("\r"))
+            finish_aer()
+            last_time = last_up = None
             continue
         stamp = parse_kernel_prefix(raw, ref, boot_epoch)
         if stamp is not None:
@@ -698,7 +767,7 @@ def parse_dmesg(
             continue
 
         # ---- kernel lines the catalog names (IOMMU faults)
-        if any(word in msg for word in _CATALOG_WORDS):
+        if any(word in msg for word in words):
             sig = catalog.classify(msg, kernel=True)
             if sig is not None:
                 counter.keep(
@@ -710,6 +779,9 @@ def parse_dmesg(
 
         # ---- PCIe AER
         m = _AER_RECEIVED.match(msg)
+        if m and _severity(m.group("sev"), m.group("fat")) == "corrected":
+            finish_aer()  # a form _CORRECTED does not count (no reporter prefix)
+            continue
         if m:
             finish_aer()
             aer = _Aer(
@@ -719,6 +791,9 @@ def parse_dmesg(
         m = _AER_BUS.match(msg)
         if m:
             sev = _severity(m.group("sev"), m.group("fat"))
+            if sev == "corrected":  # the detail of a corrected report, counted by its first line
+                finish_aer()
+                continue
             if aer is None or aer.has_bus_line or aer.severity != sev or n - aer.last_line > 6:
                 finish_aer()
                 aer = _Aer(ev, sev, None, m.group("rep").split()[-1])
@@ -747,6 +822,19 @@ def parse_dmesg(
 
     finish_oom()
     finish_aer()
+    if tally is not None:
+        corrected = {k: [t.count, t.first, t.last] for k, t in tally.found.items()}
+    summaries = tuple(
+        CorrectedAer(
+            device=device,
+            reports=count,
+            first=_stamped(first, source, ref, boot_epoch),
+            last=_stamped(last, source, ref, boot_epoch),
+        )
+        for device, (count, first, last) in corrected.items()
+    )
+    if summaries:
+        counter.totals["aer_corrected"] = sum(a.reports for a in summaries)
 
     if any(v > 1 for v in xid_seen.values()):
         for i, x in enumerate(xids):
@@ -768,8 +856,24 @@ def parse_dmesg(
         boot_epoch=boot_epoch,
         catalog_hits=tuple(iommu),
         recognized=fmt != "none" or not seen_lines or bool(
-            memcg or global_ or allocs or pins or xids or fallen or aers or iommu
+            memcg or global_ or allocs or pins or xids or fallen or aers or iommu or summaries
         ),
+        aer_corrected=summaries,
+    )
+
+
+def _stamped(
+    line: tuple[int, str], source: str, ref: TimeRef, boot_epoch: float | None
+) -> KernelEvidence:
+    """A line's evidence with the time its own stamp gives (the same on either path)."""
+    number, raw = line
+    stamp = parse_kernel_prefix(raw, ref, boot_epoch)
+    return KernelEvidence(
+        source=source,
+        line=number,
+        time=stamp.time if stamp else None,
+        text=clip(raw),
+        uptime_s=stamp.uptime_s if stamp else None,
     )
 
 
@@ -817,7 +921,7 @@ def dmesg_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         raw = context.get("collected_at")
         collected_at = raw if isinstance(raw, str) else str(raw)
     facts = parse_dmesg(
-        candidates(result, KEYWORDS, WINDOWS),
+        candidate_lines(result),
         numbered=True,
         page_size=page_size(context),
         source=SOURCE,

@@ -18,7 +18,9 @@ the file-backed evidence it is given.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from runbook.transports.base import CommandResult
@@ -110,6 +112,69 @@ class _Finder:
                 i = block.find(key, end + 1, hi) if end != -1 else -1
 
 
+@dataclass
+class Tallied:
+    """How many lines a Tally counted for one key, and the first and last of them."""
+
+    count: int
+    first: tuple[int, str]
+    last: tuple[int, str]
+
+
+class Tally:
+    """Lines of a kind a storm repeats by the hundred thousand (a corrected PCIe AER report),
+    counted per key instead of handed on one by one: `pattern` (bytes, one group: the key) is
+    searched over each block at C speed (`findall`, then `Counter`), and only the first and
+    last line of each key are decoded. A line the pattern matches is not a candidate unless a
+    keyword or a window picks it too; the parser then recognises it and leaves it to the tally.
+    After iteration, `found` holds a Tallied per key (str), in the order first seen.
+
+    Measured over 48 MiB of a corrected-AER storm (39,200 reports): `findall` 34 ms, the
+    `Counter` 2 ms; decoding and parsing those 157,000 lines one by one took 5 s."""
+
+    def __init__(self, pattern: bytes) -> None:
+        self.pattern = re.compile(pattern)
+        self.found: dict[str, Tallied] = {}
+
+    def scan(self, data: bytes | bytearray, lo: int, hi: int, base: int) -> None:
+        """Count the matching lines of data[lo:hi] (whole lines; `base` numbers the first)."""
+        keys = self.pattern.findall(data, lo, hi)
+        if not keys:
+            return
+        for key, count in Counter(keys).items():
+            first = self._line(data, lo, hi, key, base, last=False)
+            last = self._line(data, lo, hi, key, base, last=True)
+            name = _decode(key)
+            seen = self.found.get(name)
+            if seen is None:
+                self.found[name] = Tallied(count, first, last)
+            else:
+                seen.count += count
+                seen.last = last
+
+    def _line(
+        self, data: bytes | bytearray, lo: int, hi: int, key: bytes, base: int, *, last: bool
+    ) -> tuple[int, str]:
+        """The number and text of the first (or last) line in data[lo:hi] whose match is `key`
+        (found by the key's bytes, then checked against the pattern: the key may also stand
+        on lines the pattern does not match)."""
+        start, end = lo, hi
+        while True:
+            i = data.rfind(key, start, end) if last else data.find(key, start, end)
+            if i < 0:  # pragma: no cover - findall saw the key in this range
+                raise AssertionError("a tallied key vanished")
+            line_start = data.rfind(b"\n", lo, i) + 1 or lo
+            line_end = data.find(b"\n", i, hi)
+            line_end = hi if line_end < 0 else line_end
+            if any(m == key for m in self.pattern.findall(data, line_start, line_end)):
+                number = base + data.count(b"\n", lo, line_start)
+                return number, _decode(data[line_start:line_end])
+            if last:
+                end = line_start
+            else:
+                start = line_end + 1
+
+
 class candidates:
     """Iterate for (line number, line) of every line holding one of `keywords`; a line holding
     a key of `after` also brings the `after[key]` lines that follow it. Line ends are stripped.
@@ -120,8 +185,11 @@ class candidates:
         result: CommandResult,
         keywords: Iterable[str],
         after: Mapping[str, int] | None = None,
+        tally: Tally | None = None,
     ) -> None:
         self.result = result
+        #: lines counted, not handed on (see Tally); complete once iteration ends
+        self.tally = tally
         keys = tuple(dict.fromkeys([*keywords, *(after or {})]))
         self._finder = _Finder(tuple(k.encode() for k in keys), ENGINE)
         self._after = {k.encode(): n for k, n in (after or {}).items()}
@@ -155,6 +223,8 @@ class candidates:
 
     def _scan(self, data: bytes | bytearray, lo: int, hi: int) -> Iterator[tuple[int, str]]:
         """The whole lines of data[lo:hi] (hi just after a newline)."""
+        if self.tally is not None:
+            self.tally.scan(data, lo, hi, self._base)
         if self.first is None:
             self.first = _decode(data[lo : data.find(b"\n", lo, hi)])
         self.last = _decode(data[data.rfind(b"\n", lo, hi - 1) + 1 : hi - 1])

@@ -195,7 +195,7 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "time_format": (str, N), "boot_epoch": (*NUM, N), "fatal_aer": (list,),
         "gpu_fault_xids": (list,), "drain_xids": (list,), "catalog_hits": (list,),
         "recognized": (bool,), "iommu_faults": (list,), "nvswitch_faults": (list,),
-        "unknown_xids": (list,),
+        "unknown_xids": (list,), "aer_corrected": (list,),
     },
     "host": {"*collected": (bool,), "*meminfo": (dict,), "*shm": (dict,)},
     "journal": {

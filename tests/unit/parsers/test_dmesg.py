@@ -111,13 +111,14 @@ def test_old_kernel_oom_with_sacrifice_child_and_task_in_lines_is_one_memcg_even
     assert oom.constraint is None
 
 
-def test_a_corrected_aer_error_is_not_fatal() -> None:
+def test_a_corrected_aer_error_is_counted_not_fatal() -> None:
     facts = parse("dmesg/old-4.14-v1-plain.txt")
-    (aer,) = facts.aer
-    assert aer.severity == "corrected"
-    assert not aer.fatal and not aer.uncorrected
-    assert facts.fatal_aer == ()
-    assert aer.errors == ("Receiver Error",)
+    assert facts.aer == () and facts.fatal_aer == ()
+    (corrected,) = facts.aer_corrected
+    assert (corrected.device, corrected.reports) == ("0018", 1)  # `received: id=0018` (4.x)
+    assert corrected.first.line == corrected.last.line == 34
+    assert corrected.first.uptime_s == 6001.000001
+    assert facts.totals["aer_corrected"] == 1
 
 
 def test_an_old_style_allocation_failure_without_a_driver_trace_is_not_pinning() -> None:
@@ -198,12 +199,14 @@ def test_aer_severity_device_and_first_error() -> None:
     summary = [(a.severity, a.device, a.first_error, a.vendor_device) for a in facts.aer]
     assert summary == [
         ("fatal", "0000:3b:00.0", "SDES", "10de:2330"),
-        ("corrected", "0000:d8:00.0", "RxErr", "10de:2330"),
         ("non-fatal", "0000:40:00.0", "CmpltTO", "10de:20b5"),
         ("fatal", "0000:00:03.0", "Surprise Down Error", "8086:2f08"),
     ]
-    assert [a.fatal for a in facts.aer] == [True, False, False, True]
+    assert [a.fatal for a in facts.aer] == [True, False, True]
     assert len(facts.fatal_aer) == 3
+    # the corrected report between them is counted under its device, its detail lines not
+    # taken for the records around it
+    assert [(c.device, c.reports) for c in facts.aer_corrected] == [("0000:d8:00.0", 1)]
 
 
 def test_xid_table_documents_the_drain_choice_per_code() -> None:
