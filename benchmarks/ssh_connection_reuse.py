@@ -63,7 +63,7 @@ def main() -> int:
             finally:
                 transport.close()
             engine_s.append(time.perf_counter() - start)
-            assert all(s["status"] == "ok" for s in result.verdict["stages"]), result.verdict
+            assert all(s.status == "ok" for s in result.verdict.stages), result.verdict
 
             start = time.perf_counter()
             for command in commands:

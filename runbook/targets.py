@@ -9,10 +9,9 @@ from pathlib import Path
 
 from runbook.errors import UsageError
 from runbook.transports.base import Transport
-from runbook.transports.local import LocalTransport
-from runbook.transports.nsenter import KubectlTransport, NsenterTransport, parse_kubectl_target
-from runbook.transports.replay import ReplayTransport
-from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+
+# each transport is imported when its scheme is used: the SSH one brings paramiko and the
+# cryptography library (~90 ms of a command's start), which a replay or a local run never needs
 
 
 @dataclass(frozen=True)
@@ -48,8 +47,12 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
     rest = target.split("://", 1)[1] if "://" in target else ""
     transport: Transport
     if scheme == "local":
+        from runbook.transports.local import LocalTransport
+
         transport = LocalTransport()
     elif scheme == "ssh":
+        from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+
         ssh_options = SSHOptions(
             identities=options.identities,
             accept_new_host_keys=options.accept_new_host_keys,
@@ -60,6 +63,8 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
             ssh_options = dataclasses.replace(ssh_options, known_hosts=options.known_hosts)
         transport = SSHTransport(SSHAddress.parse(rest), ssh_options)
     elif scheme == "kubectl":
+        from runbook.transports.nsenter import KubectlTransport, parse_kubectl_target
+
         namespace, pod = parse_kubectl_target(rest)
         # the node agent is entered with nsenter always; --nsenter only changes the PID
         return KubectlTransport(
@@ -75,7 +80,11 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
             raise UsageError("replay target needs a bundle: replay://PATH")
         if options.nsenter is not None:
             raise UsageError("--nsenter makes no sense with replay://")
+        from runbook.transports.replay import ReplayTransport
+
         return ReplayTransport(rest)
     if options.nsenter is not None:
+        from runbook.transports.nsenter import NsenterTransport
+
         transport = NsenterTransport(transport, options.nsenter)
     return transport

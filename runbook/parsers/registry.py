@@ -9,6 +9,7 @@ JSON-serialisable facts, stored under ``facts.<name>``. It does no I/O.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,18 +42,32 @@ def register(name: str, summary: str = "") -> Callable[[ParserFunc], ParserFunc]
     return decorate
 
 
+#: the shipped parsers and the module that registers each: a parser's module is imported the
+#: first time a runbook asks for it (a run that reads two files does not import, and compile
+#: the patterns of, all fourteen; tests/unit/parsers/test_registry.py keeps this map true)
+BUILTIN: dict[str, str] = {
+    "applog": "applog", "cgroup": "cgroup", "clock": "clock", "dmesg": "dmesg",
+    "text": "generic", "keyvalue": "generic", "host": "host", "journal": "journal",
+    "kube": "kube", "nccl_log": "nccl_log", "nccl_tests": "nccl_tests",
+    "nvidia_smi": "nvidia_smi", "procmem": "procmem", "rdma": "rdma",
+    "nccl_recovery": "recovery",
+}  # fmt: skip
+
+
 def get(name: str) -> ParserEntry:
-    _load_builtin()
+    """The parser registered as `name` (KeyError if there is none)."""
+    if name not in _REGISTRY and name in BUILTIN:
+        importlib.import_module(f"runbook.parsers.{BUILTIN[name]}")
     return _REGISTRY[name]
 
 
 def names() -> frozenset[str]:
-    _load_builtin()
-    return frozenset(_REGISTRY)
+    """Every parser a runbook may name: the shipped ones and any registered since."""
+    return frozenset(BUILTIN) | frozenset(_REGISTRY)
 
 
-def _load_builtin() -> None:
-    # importing the package registers every shipped parser module
-    import runbook.parsers  # noqa: F401
-    from runbook.parsers import procmem  # noqa: F401  (registered here: not imported by the package)
-    from runbook.parsers import recovery as _recovery  # noqa: F401  (the recovery check)
+def load_all() -> dict[str, ParserEntry]:
+    """Every shipped parser, imported (for listings that show their summaries)."""
+    for name in BUILTIN:
+        get(name)
+    return dict(_REGISTRY)
