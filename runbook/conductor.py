@@ -13,6 +13,7 @@ otherwise the walk falls through to the following stage; after the last stage it
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -21,6 +22,10 @@ from runbook import templating
 from runbook.errors import StateError, TemplateError
 from runbook.spec.models import END, Runbook, Stage
 from runbook.transports.base import CommandResult, Probe
+
+#: a command template that reads what the walk found so far (an earlier stage's facts, this
+#: stage's results) cannot be rendered before its stage
+_READS_WALK = re.compile(r"\b(?:facts|results)\b")
 
 
 class Status(str, enum.Enum):
@@ -189,6 +194,26 @@ class Conductor:
 
     def next_stage(self) -> Stage | None:
         return None if self.current is None else self.runbook.stage(self.current)
+
+    def ahead(self) -> list[Probe]:
+        """Probes the walk may send before their stage comes: those of every stage not walked
+        yet that has no `when` of its own, whose command reads no stage's facts or results —
+        rendered now, they are what their stage will render (the walk checks: a command that
+        renders otherwise is run then, and the early one is not used)."""
+        ctx = self.context()
+        found: list[Probe] = []
+        for stage in self.runbook.stages:
+            if stage.id in self.path or stage.when:
+                continue
+            for item in stage.collect:
+                if _READS_WALK.search(item.command):
+                    continue
+                try:
+                    command = templating.render_command(item.command, ctx)
+                except TemplateError:
+                    continue  # its stage reports it
+                found.append(Probe(item.name, command, stage.timeout))
+        return found
 
     def should_run(self, stage: Stage) -> tuple[bool, str]:
         """A stage's own `when`; an expression error is reported and the stage runs."""

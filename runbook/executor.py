@@ -15,7 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -159,21 +159,36 @@ def _guarded(transport: Transport) -> Callable[[Probe], CommandResult]:
     return run
 
 
-def _run_probes(
-    transport: Transport, probes: Sequence[Probe], max_parallel: int
-) -> list[CommandResult]:
-    if len(probes) <= 1:
-        return [_guarded(transport)(p) for p in probes]
-    pool = ThreadPoolExecutor(max_workers=min(len(probes), max_parallel))
-    try:
-        results = list(pool.map(_guarded(transport), probes))
-    except BaseException:
-        # ^C or SIGTERM: do not wait for the probes in flight (a `sleep 300` would hold the
-        # interrupt for its whole timeout); the caller closes the transport, which ends them
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return results
+class _Prober:
+    """The walk's probes over one transport, at most `max_parallel` in flight (an SSH server
+    allows ten sessions on a connection by default). `send_ahead` starts probes before their
+    stage comes (Conductor.ahead): every stage's independent probes go in the first burst, so
+    the walk waits for one round trip, not one a stage; `run` takes a stage's probes, using
+    those sent ahead with the same name and command and sending the rest, results in order."""
+
+    def __init__(self, transport: Transport, max_parallel: int) -> None:
+        self._run = _guarded(transport)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, max_parallel))
+        self._ahead: dict[tuple[str, str], Future[CommandResult]] = {}
+
+    def send_ahead(self, probes: Sequence[Probe]) -> None:
+        for probe in probes:
+            key = (probe.name, probe.command)
+            if key not in self._ahead:
+                self._ahead[key] = self._pool.submit(self._run, probe)
+
+    def run(self, probes: Sequence[Probe]) -> list[CommandResult]:
+        futures = []
+        for probe in probes:
+            early = self._ahead.pop((probe.name, probe.command), None)
+            futures.append(early if early is not None else self._pool.submit(self._run, probe))
+        return [future.result() for future in futures]
+
+    def close(self) -> None:
+        """Stop at once: probes not started are cancelled, those in flight are not waited for
+        (^C must not wait out a `sleep 300`; closing the transport ends them); a probe sent
+        ahead that no stage used is dropped."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _parse(
@@ -252,12 +267,35 @@ def execute(
     ahead of the events when the process died between the two."""
     observer = observer or NullObserver()
     conductor = resume if resume is not None else Conductor(runbook, variables)
+    started = time.monotonic()
+
+    prober = _Prober(transport, max_parallel)
+    try:
+        return _walk(
+            runbook, transport, prober, conductor, observer, run_dir, collect_all, node,
+            context, resume is not None, started,
+        )  # fmt: skip
+    finally:
+        prober.close()
+
+
+def _walk(
+    runbook: Runbook,
+    transport: Transport,
+    prober: _Prober,
+    conductor: Conductor,
+    observer: Observer,
+    run_dir: RunDirectory | None,
+    collect_all: bool,
+    node: str | None,
+    context: Mapping[str, Any] | None,
+    resumed: bool,
+    started: float,
+) -> RunResult:
     all_results: dict[str, CommandResult] = {}
     #: (probe name, command) -> the files it contributed, for stages that collect it again
     collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
-    started = time.monotonic()
-
-    for result in _run_probes(transport, PREAMBLE, max_parallel):
+    for result in prober.run(PREAMBLE):
         all_results[result.name] = result
     node = node or node_name(all_results, transport.description)
     conductor.vars.setdefault("node", node)  # templates may name the node
@@ -268,7 +306,9 @@ def execute(
         **(context or {}),
         "vars": conductor.vars,
     }
-    if run_dir and resume is not None:
+    # every probe that needs no earlier stage's facts goes now, in one burst
+    prober.send_ahead(conductor.ahead())
+    if run_dir and resumed:
         run_dir.event(
             "run-resumed",
             runbook=runbook.id,
@@ -307,7 +347,7 @@ def execute(
             results.update(earlier)
             observer.probe_done(stage, next(iter(earlier.values())))
         commands = {p.name: p.command for p in fresh}
-        for result in _run_probes(transport, fresh, max_parallel):
+        for result in prober.run(fresh):
             results[result.name] = result
             observer.probe_done(stage, result)
             pieces = (
