@@ -37,15 +37,16 @@ _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_
 def _refused(shown: Path, exc: OSError, lstat: Callable[[], os.stat_result]) -> Exception:
     """A one-line refusal when a link (or a non-directory) stood where a directory or file was
     opened without following links; any other error (no space, no permission) as it was."""
+    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+        return exc
     try:
         info = lstat()
     except OSError:
-        return exc
-    if stat.S_ISLNK(info.st_mode):
+        info = None
+    if info is not None and stat.S_ISLNK(info.st_mode):
         return UsageError(f"{shown} is a symbolic link: refusing to write through it")
-    if exc.errno == errno.ENOTDIR and not stat.S_ISDIR(info.st_mode):
-        return UsageError(f"{shown} is not a directory")
-    return exc
+    # a link or a file stood there when it was opened (it may have been swapped back since)
+    return UsageError(f"{shown} is not a directory (or was a link when opened): refusing it")
 
 
 def _open_top(path: Path, mode: int | None, *, follow: bool) -> int:

@@ -164,31 +164,42 @@ class _Prober:
     allows ten sessions on a connection by default). `send_ahead` starts probes before their
     stage comes (Conductor.ahead): every stage's independent probes go in the first burst, so
     the walk waits for one round trip, not one a stage; `run` takes a stage's probes, using
-    those sent ahead with the same name and command and sending the rest, results in order."""
+    those sent ahead with the same name and command and sending the rest, results in order.
+    A lone probe with nothing sent ahead runs in the caller's thread (no pool is made)."""
 
     def __init__(self, transport: Transport, max_parallel: int) -> None:
         self._run = _guarded(transport)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, max_parallel))
+        self._max = max(1, max_parallel)
+        self._pool: ThreadPoolExecutor | None = None
         self._ahead: dict[tuple[str, str], Future[CommandResult]] = {}
+
+    def _submit(self, probe: Probe) -> Future[CommandResult]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._max)
+        return self._pool.submit(self._run, probe)
 
     def send_ahead(self, probes: Sequence[Probe]) -> None:
         for probe in probes:
             key = (probe.name, probe.command)
             if key not in self._ahead:
-                self._ahead[key] = self._pool.submit(self._run, probe)
+                self._ahead[key] = self._submit(probe)
 
     def run(self, probes: Sequence[Probe]) -> list[CommandResult]:
+        if len(probes) == 1 and not self._ahead:
+            return [self._run(probes[0])]
         futures = []
         for probe in probes:
             early = self._ahead.pop((probe.name, probe.command), None)
-            futures.append(early if early is not None else self._pool.submit(self._run, probe))
+            futures.append(early if early is not None else self._submit(probe))
         return [future.result() for future in futures]
 
-    def close(self) -> None:
-        """Stop at once: probes not started are cancelled, those in flight are not waited for
-        (^C must not wait out a `sleep 300`; closing the transport ends them); a probe sent
-        ahead that no stage used is dropped."""
-        self._pool.shutdown(wait=False, cancel_futures=True)
+    def close(self, *, wait: bool = True) -> None:
+        """Probes not started are cancelled (one sent ahead for a stage the walk never reached);
+        those in flight are waited for, so no thread outlives the walk — unless the walk was
+        interrupted (`wait=False`: ^C must not wait out a `sleep 300`; the caller closes the
+        transport, which ends them)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=True)
 
 
 def _parse(
@@ -271,12 +282,15 @@ def execute(
 
     prober = _Prober(transport, max_parallel)
     try:
-        return _walk(
+        result = _walk(
             runbook, transport, prober, conductor, observer, run_dir, collect_all, node,
             context, resume is not None, started,
         )  # fmt: skip
-    finally:
-        prober.close()
+    except BaseException:
+        prober.close(wait=False)
+        raise
+    prober.close()
+    return result
 
 
 def _walk(
@@ -306,8 +320,11 @@ def _walk(
         **(context or {}),
         "vars": conductor.vars,
     }
-    # every probe that needs no earlier stage's facts goes now, in one burst
-    prober.send_ahead(conductor.ahead())
+    # every probe that needs no earlier stage's facts goes now, in one burst (when there is
+    # more than the next stage's: those it sends itself)
+    ahead = conductor.ahead()
+    if len({p.stage for p in ahead}) > 1:
+        prober.send_ahead([p.probe for p in ahead])
     if run_dir and resumed:
         run_dir.event(
             "run-resumed",

@@ -174,7 +174,12 @@ def test_an_interrupted_walk_stays_consistent_and_resumes_to_the_uninterrupted_v
     run = Background([*node.args, "--run-dir", str(run_dir)], env, tmp_path / "cli")
     try:
         if point == "mid-stage":
-            run.wait_for(started)  # the slow probe is running on the host
+            run.wait_for(started)  # the slow probe is running on the host (sent ahead)
+            until(  # and the walk has reached its stage
+                lambda: b'"event": "stage", "stage": "first"' in _read(run_dir / "events.jsonl"),
+                30,
+                "the first stage's event",
+            )
         else:
             # the first stage's event is written after its state.json: the boundary
             until(
