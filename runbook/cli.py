@@ -184,6 +184,52 @@ def _open(target: str, kw: dict[str, Any]) -> Any:
     return open_target(target, options)
 
 
+class _Opening:
+    """A target being opened in a thread while the caller loads the runbook and its config:
+    the SSH handshake (and paramiko's import) waits on the network while the runbook's
+    templates are checked, instead of after them. `result()` is the transport or the error
+    opening it raised; `discard()` (the caller failed first) returns at once, and whatever
+    the thread opens is closed by it (a bad runbook is reported without waiting out a
+    connect timeout)."""
+
+    def __init__(self, target: str, kw: dict[str, Any]) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._discarded = False
+        self._transport: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._open, args=(target, dict(kw)), name="open-target", daemon=True
+        )
+        self._thread.start()
+
+    def _open(self, target: str, kw: dict[str, Any]) -> None:
+        try:
+            transport = _open(target, kw)
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._error = exc
+            return
+        with self._lock:
+            if not self._discarded:
+                self._transport = transport
+                return
+        transport.close()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._transport
+
+    def discard(self) -> None:
+        with self._lock:
+            self._discarded = True
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.close()
+
+
 def _replay_context(transport: Any, variables: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """For a replayed bundle: its node name and context (runbook.bundle.replay_defaults)."""
     from runbook.bundle import replay_defaults
@@ -336,25 +382,32 @@ def run(
     from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
     from runbook.resume import RECORD, new_record, read_runbook
+    from runbook.targets import scheme_of
 
-    runbook, runbook_file = read_runbook(runbook_ref)
-    variables = parse_vars(var_items)
-    cfg = config_mod.load(
-        Path(ctx.obj["config"]) if ctx.obj.get("config") else None, db=db
-    )
-    saved_target = _target_record(target, kw)
-    # what `runbook resume` needs to walk the same runbook over the same target (no secret)
-    record = new_record(
-        runbook_file,
-        saved_target.as_dict(),
-        variables,
-        accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
-        db=str(Path(db).resolve()) if db else None,
-        config=str(Path(ctx.obj["config"]).resolve()) if ctx.obj.get("config") else None,
-        as_user=as_user,
-        no_input=no_input,
-    )
-    transport = _open(target, kw)
+    scheme_of(target)  # an unknown scheme is a usage error before anything starts
+    opening = _Opening(target, kw)
+    try:
+        runbook, runbook_file = read_runbook(runbook_ref)
+        variables = parse_vars(var_items)
+        cfg = config_mod.load(
+            Path(ctx.obj["config"]) if ctx.obj.get("config") else None, db=db
+        )
+        saved_target = _target_record(target, kw)
+        # what `runbook resume` needs to walk the same runbook over the same target (no secret)
+        record = new_record(
+            runbook_file,
+            saved_target.as_dict(),
+            variables,
+            accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
+            db=str(Path(db).resolve()) if db else None,
+            config=str(Path(ctx.obj["config"]).resolve()) if ctx.obj.get("config") else None,
+            as_user=as_user,
+            no_input=no_input,
+        )
+    except BaseException:
+        opening.discard()
+        raise
+    transport = opening.result()
     directory: RunDirectory | None = None
     try:
         try:

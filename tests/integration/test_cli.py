@@ -118,6 +118,27 @@ def test_run_refuses_an_invalid_runbook_before_touching_the_target(cli, tmp_path
     assert not marker.exists()
 
 
+def test_a_bad_runbook_is_reported_without_waiting_for_the_target_to_answer(  # type: ignore[no-untyped-def]
+    cli, tmp_path
+) -> None:
+    """The target is opened while the runbook loads; a runbook that fails to load is said at
+    once, not after the connect timeout of a host that never answers (here a loopback port
+    that accepts TCP and never speaks SSH)."""
+    import socket
+    import time
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        result = cli("run", "no-such-runbook", "--target", f"ssh://root@127.0.0.1:{port}",
+                     "--connect-timeout", "20", "--no-input")  # fmt: skip
+        took = time.monotonic() - started
+    assert result.rc == 2 and "no-such-runbook" in _one_line(result.stderr)
+    assert took < 15, took  # the 20 s banner wait was not waited out
+
+
 @pytest.mark.parametrize(
     ("fmt", "head"), [("dot", 'digraph "gpu-check"'), ("mermaid", "flowchart TD")]
 )
