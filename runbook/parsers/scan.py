@@ -136,14 +136,15 @@ class Tally:
         self.pattern = re.compile(pattern)
         self.found: dict[str, Tallied] = {}
 
-    def scan(self, data: bytes | bytearray, lo: int, hi: int, base: int) -> None:
-        """Count the matching lines of data[lo:hi] (whole lines; `base` numbers the first)."""
+    def scan(self, data: bytes | bytearray, lo: int, hi: int, base: int, after: int) -> None:
+        """Count the matching lines of data[lo:hi] (whole lines; `base` numbers the first,
+        `after` the line just past hi)."""
         keys = self.pattern.findall(data, lo, hi)
         if not keys:
             return
         for key, count in Counter(keys).items():
             first = self._line(data, lo, hi, key, base, last=False)
-            last = self._line(data, lo, hi, key, base, last=True)
+            last = self._line(data, lo, hi, key, after, last=True)
             name = _decode(key)
             seen = self.found.get(name)
             if seen is None:
@@ -157,7 +158,9 @@ class Tally:
     ) -> tuple[int, str]:
         """The number and text of the first (or last) line in data[lo:hi] whose match is `key`
         (found by the key's bytes, then checked against the pattern: the key may also stand
-        on lines the pattern does not match)."""
+        on lines the pattern does not match). `base` numbers the line at lo — or, for the
+        last, the line just past hi: its number is counted back from there (the block's
+        newlines are not counted again from its start)."""
         start, end = lo, hi
         while True:
             i = data.rfind(key, start, end) if last else data.find(key, start, end)
@@ -167,7 +170,10 @@ class Tally:
             line_end = data.find(b"\n", i, hi)
             line_end = hi if line_end < 0 else line_end
             if any(m == key for m in self.pattern.findall(data, line_start, line_end)):
-                number = base + data.count(b"\n", lo, line_start)
+                if last:
+                    number = base - data.count(b"\n", line_start, hi)
+                else:
+                    number = base + data.count(b"\n", lo, line_start)
                 return number, _decode(data[line_start:line_end])
             if last:
                 end = line_start
@@ -223,8 +229,7 @@ class candidates:
 
     def _scan(self, data: bytes | bytearray, lo: int, hi: int) -> Iterator[tuple[int, str]]:
         """The whole lines of data[lo:hi] (hi just after a newline)."""
-        if self.tally is not None:
-            self.tally.scan(data, lo, hi, self._base)
+        base = self._base
         if self.first is None:
             self.first = _decode(data[lo : data.find(b"\n", lo, hi)])
         self.last = _decode(data[data.rfind(b"\n", lo, hi - 1) + 1 : hi - 1])
@@ -252,3 +257,5 @@ class candidates:
             yield number, _decode(data[position:end])
             position, number = end + 1, number + 1
         self._base = number + data.count(b"\n", position, hi)
+        if self.tally is not None:  # the block is still valid here; both ends' numbers known
+            self.tally.scan(data, lo, hi, base, self._base)
