@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.ssh_connection_reuse import median_text
 from tests.hosts.harness import HostNetwork
 from tests.scenarios import shims
 
@@ -50,10 +51,6 @@ COMMANDS = [
     "journalctl -u containerd --since -6h --no-pager | grep -E 'TaskOOM|shim disconnected'",
     "df -B1 /dev/shm",
 ]
-
-
-def _median(samples: list[float]) -> str:
-    return f"{statistics.median(samples):.3f} s (min {min(samples):.3f}, max {max(samples):.3f})"
 
 
 def main() -> int:
@@ -92,8 +89,8 @@ def main() -> int:
             int(m.group(1)) for m in re.finditer(r"import time:\s+(\d+) \|", imports)
         )
     print(f"nccl-init-failure over SSH vs the incident's 16 commands, {args.repeat} runs each:")
-    print(f"  runbook run (new process, guided): {_median(cli_s)}")
-    print(f"  16 separate ssh invocations:       {_median(ssh_s)}")
+    print(f"  runbook run (new process, guided): {median_text(cli_s)}")
+    print(f"  16 separate ssh invocations:       {median_text(ssh_s)}")
     ratio = statistics.median(cli_s) / statistics.median(ssh_s)
     print(f"  ratio: {ratio:.2f}x the separate-ssh time (target <= 0.15x)")
     print(f"  of a run, imports (-X importtime, self times summed): {total_us / 1e6:.3f} s")

@@ -28,7 +28,7 @@ from tests.hosts.harness import HostNetwork
 RUNBOOK = Path(__file__).resolve().parent.parent / "tests/integration/runbooks/ten-commands.yaml"
 
 
-def _median(samples: list[float]) -> str:
+def median_text(samples: list[float]) -> str:
     return f"{statistics.median(samples):.3f} s (min {min(samples):.3f}, max {max(samples):.3f})"
 
 
@@ -70,9 +70,9 @@ def main() -> int:
                 subprocess.run(net.ssh_argv(host, command), check=True, capture_output=True)
             ssh_s.append(time.perf_counter() - start)
     print(f"10-command runbook over SSH, {args.repeat} runs each (median):")
-    print(f"  runbook run (new process, guided):  {_median(cli_s)}")
-    print(f"  engine in-process (connect + walk): {_median(engine_s)}")
-    print(f"  10 separate ssh invocations:        {_median(ssh_s)}")
+    print(f"  runbook run (new process, guided):  {median_text(cli_s)}")
+    print(f"  engine in-process (connect + walk): {median_text(engine_s)}")
+    print(f"  10 separate ssh invocations:        {median_text(ssh_s)}")
     print(
         f"  speed-up vs ssh: CLI {statistics.median(ssh_s) / statistics.median(cli_s):.1f}x, "
         f"engine {statistics.median(ssh_s) / statistics.median(engine_s):.1f}x"

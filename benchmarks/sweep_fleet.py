@@ -82,7 +82,8 @@ class Measure:
     def row(self) -> str:
         return (
             f"| {self.what} | {self.hosts} | {self.forks} | {self.wall_s:.1f} | "
-            f"{self.hosts / self.wall_s:.1f} | {self.cpu_s:.1f} | {self.rss_mb:.0f} | {self.note} |"
+            f"{self.hosts / self.wall_s:.1f} | {self.cpu_s:.1f} | "
+            f"{1000 * self.cpu_s / self.hosts:.0f} | {self.rss_mb:.0f} | {self.note} |"
         )
 
 
@@ -125,7 +126,10 @@ def main() -> int:
     results: list[Measure] = []
     with tempfile.TemporaryDirectory(prefix="rbk-sweep-bench-") as tmp:
         work = Path(tmp)
-        env = {**os.environ, "RUNBOOK_STATE_DIR": str(work / "state"),
+        # bytecode cached as an installed package has it (PYTHONDONTWRITEBYTECODE, set in some
+        # checkouts, would recompile every module at each start)
+        base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env = {**base_env, "RUNBOOK_STATE_DIR": str(work / "state"),
                "XDG_CONFIG_HOME": str(work / "config"), "ANSIBLE_HOME": str(work / "ansible"),
                "ANSIBLE_LOCAL_TEMP": str(work / "ansible" / "tmp"),
                "ANSIBLE_REMOTE_TEMP": str(work / "ansible" / "remote-tmp"),
@@ -185,8 +189,8 @@ def main() -> int:
         load = os.getloadavg()
     print(f"Sweep of healthy GPU-node test hosts, {os.cpu_count()} CPUs, "
           f"load average {load[0]:.1f} at the end")
-    print("| what | hosts | forks | wall s | hosts/s | CPU s | peak RSS MiB | note |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| what | hosts | forks | wall s | hosts/s | CPU s | CPU ms/host | peak RSS MiB | note |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for measure in results:
         print(measure.row())
     if args.json:
