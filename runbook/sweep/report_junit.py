@@ -1,6 +1,11 @@
 """junit.xml: one test case per host, so a CI system or a dashboard that reads JUnit shows a
 sweep like a test run. A finding (or an inconclusive verdict) is a `<failure>`, a host that was
-not swept (unreachable, refused, timeout, error) an `<error>`, a healthy host passes. Pure."""
+not swept (unreachable, refused, timeout, error) an `<error>`, a healthy host passes. Pure.
+
+Valid under the Jenkins xUnit plugin's JUnit schema (junit-10.xsd, which the tests validate
+against) and Ant's: `<properties>` only on the suite (a test case may not hold them: each host's
+target and status go in its `<system-out>`), the suite's timestamp in UTC without a zone offset
+(Ant's pattern has none)."""
 
 from __future__ import annotations
 
@@ -35,6 +40,19 @@ def _failure_text(host: HostResult, verdict: Verdict) -> str:
     return "\n".join(lines)
 
 
+def _timestamp(started_at: str) -> str:
+    """`2026-03-04T10:40:00` in UTC: what Ant's schema and Jenkins both read."""
+    import datetime as dt
+
+    try:
+        at = dt.datetime.fromisoformat(started_at)
+    except ValueError:
+        return ""
+    if at.tzinfo is not None:
+        at = at.astimezone(dt.timezone.utc).replace(tzinfo=None)
+    return at.replace(microsecond=0).isoformat()
+
+
 def render(sweep: SweepResult) -> str:
     counts = sweep.counts()
     failures = sum(counts[s.value] for s in FAILING)
@@ -54,10 +72,14 @@ def render(sweep: SweepResult) -> str:
             **attrs,
             "name": sweep.runbook,
             "skipped": "0",
-            "timestamp": sweep.started_at,
+            "timestamp": _timestamp(sweep.started_at),
             "hostname": _clean(sweep.source)[:200],
         },
     )
+    props = ET.SubElement(suite, "properties")
+    for name, value in (("runbook", sweep.runbook), ("source", sweep.source),
+                        ("started_at", sweep.started_at)):  # fmt: skip
+        ET.SubElement(props, "property", {"name": name, "value": _clean(value)})
     for host in sweep.hosts:
         case = ET.SubElement(
             suite,
@@ -84,9 +106,8 @@ def render(sweep: SweepResult) -> str:
                 {"message": _clean(host.error or host.status.value), "type": host.status.value},
             )
             error.text = _clean(f"{host.target}: {host.error or host.status.value}")
-        props = ET.SubElement(case, "properties")
-        ET.SubElement(props, "property", {"name": "target", "value": _clean(host.target)})
-        ET.SubElement(props, "property", {"name": "status", "value": host.status.value})
+        out = ET.SubElement(case, "system-out")
+        out.text = _clean(f"target: {host.target}\nstatus: {host.status.value}\n")
     ET.indent(suites)
     return (
         '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

@@ -1,11 +1,13 @@
 """analyze-dir over the recorded bundle corpus, and the four reports rendered from its real
 verdicts: each recorded bundle reaches the root cause it records, sweep.md orders findings
 worst first, junit.xml and runbook.prom stay valid whatever text a host name or an error
-carries, and a rewrite never leaves a reader a half file."""
+carries, and a rewrite never leaves a reader a half file. junit.xml is validated against the
+Jenkins xUnit plugin's JUnit schema (tests/fixtures/junit/junit-10.xsd, shipped as it is)."""
 
 from __future__ import annotations
 
 import json
+import re
 import tarfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,6 +22,8 @@ from runbook.sweep.reports import write_reports
 from runbook.sweep.results import HostResult, Status, SweepResult
 from runbook.verdict import Verdict
 from tests.sweep.helpers import REPO, parse_prom
+
+JUNIT_XSD = REPO / "tests" / "fixtures" / "junit" / "junit-10.xsd"
 
 CORPUS = REPO / "tests" / "bundles"
 PICKED = (
@@ -76,9 +80,32 @@ def test_sweep_md_lists_findings_worst_first(corpus_sweep: SweepResult, tmp_path
     assert "Healthy: healthy." in text
 
 
+@pytest.fixture(scope="module")
+def schema():  # type: ignore[no-untyped-def]
+    import xmlschema
+
+    return xmlschema.XMLSchema(str(JUNIT_XSD))
+
+
+def test_junit_validates_against_the_jenkins_schema_with_the_host_details_kept(
+    corpus_sweep: SweepResult, tmp_path: Path, schema
+) -> None:  # type: ignore[no-untyped-def]
+    write_reports(corpus_sweep, tmp_path)
+    schema.validate(str(tmp_path / "junit.xml"))
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert suite is not None
+    # Ant's schema reads a timestamp without a zone offset (UTC here)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", suite.get("timestamp", "")), suite.attrib
+    for case in suite.findall("testcase"):  # each host's target and status, where JUnit allows
+        out = case.findtext("system-out") or ""
+        assert "target: " in out and "status: " in out, out
+    props = {p.get("name"): p.get("value") for p in suite.iter("property")}
+    assert props["runbook"] == "nccl-init-failure"
+
+
 def test_reports_stay_valid_whatever_text_they_carry(
-    corpus_sweep: SweepResult, tmp_path: Path
-) -> None:
+    corpus_sweep: SweepResult, tmp_path: Path, schema
+) -> None:  # type: ignore[no-untyped-def]
     nasty = 'rack"7\\a|b\nc\x07'
     sweep = SweepResult(
         **{
@@ -99,6 +126,7 @@ def test_reports_stay_valid_whatever_text_they_carry(
         }
     )
     write_reports(sweep, tmp_path)
+    schema.validate(str(tmp_path / "junit.xml"))  # hostile text and all, as Jenkins reads it
     root = ET.parse(tmp_path / "junit.xml").getroot()  # parses: no raw control characters
     names = [c.get("name") for c in root.iter("testcase")]
     assert len(names) == len(sweep.hosts) and 'rack"7\\a|b\nc\ufffd' in names
