@@ -618,23 +618,42 @@ def report(
 
 
 @cli.command()
-@click.argument("file", type=click.Path())
-def validate(file: str) -> None:
-    """Check a runbook YAML FILE; print every problem with its line (exit 2 if any error)."""
-    from runbook.spec import inspect_text
+@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def validate(runbook_ref: str, fmt: str) -> None:
+    """Check RUNBOOK (a shipped id or a YAML file); print every problem with its line (exit 2
+    if any error). --format json: one object, {"runbook", "file", "ok", "issues": [...]}."""
+    from runbook.spec import inspect_text, resolve
 
-    path = Path(file)
+    path = Path(runbook_ref)
+    if not path.exists():
+        path = resolve(runbook_ref)  # a shipped id, or one line naming what there is
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {file}: {getattr(exc, 'strerror', None) or exc}") from None
+        reason = getattr(exc, "strerror", None) or exc
+        raise UsageError(f"cannot read {runbook_ref}: {reason}") from None
     issues = inspect_text(text, str(path))
     errors = [i for i in issues if getattr(i, "severity", "error") == "error"]
-    for issue in issues:
-        click.echo(str(issue), err=True)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "runbook": runbook_ref,
+            "file": str(path),
+            "ok": not errors,
+            "issues": [
+                {"line": i.line, "severity": i.severity, "path": i.path, "message": i.message}
+                for i in issues
+            ],
+        }, indent=2))  # fmt: skip
+    else:
+        for issue in issues:
+            click.echo(str(issue), err=True)
     if errors:
         raise click.exceptions.Exit(2)
-    click.echo(f"{file}: ok" + (f" ({len(issues)} warnings)" if issues else ""))
+    if fmt == "text":
+        click.echo(f"{runbook_ref}: ok" + (f" ({len(issues)} warnings)" if issues else ""))
 
 
 @cli.command()

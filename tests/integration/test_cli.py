@@ -107,6 +107,20 @@ def test_validate_exits_2_and_lists_every_problem_with_its_line(cli, tmp_path) -
     assert any(f"{broken}:9:" in line and "remedies" in line for line in lines)
     ok = cli("validate", str(RUNBOOKS / "gpu-check.yaml"))
     assert ok.rc == 0 and "ok" in ok.stdout
+    as_json = cli("validate", str(broken), "--format", "json")
+    assert as_json.rc == 2
+    data = as_json.json()
+    assert data["ok"] is False and data["file"] == str(broken)
+    assert {(i["line"], i["severity"]) for i in data["issues"]} >= {(4, "error"), (7, "error")}
+
+
+def test_validate_takes_a_shipped_runbook_id_as_run_and_graph_do(cli) -> None:  # type: ignore[no-untyped-def]
+    shipped = cli("validate", "nccl-init-failure")
+    assert shipped.rc == 0 and shipped.stdout.startswith("nccl-init-failure: ok"), shipped.stderr
+    data = cli("validate", "nccl-init-failure", "--format", "json").json()
+    assert data["ok"] is True and data["file"].endswith("runbooks/nccl-init-failure.yaml")
+    unknown = cli("validate", "no-such-runbook")
+    assert unknown.rc == 2 and "not a shipped runbook id" in _one_line(unknown.stderr)
 
 
 def test_run_refuses_an_invalid_runbook_before_touching_the_target(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
