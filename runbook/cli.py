@@ -352,7 +352,7 @@ def run(
 
     Each proposal is queued in the approval store; on a terminal it then stops at a prompt
     showing its evidence and the Ansible check-mode diff: approve, deny (with a reason) or
-    skip (leave it queued). --no-input, or no terminal, never approves.
+    skip (leave it queued, audited). --no-input, or no terminal, never approves.
 
     Interrupted anywhere (^C: exit 130, SIGTERM: 143, SIGHUP: 129, or killed), the run
     directory stays consistent and `runbook resume RUN_DIR` continues it from the last

@@ -73,6 +73,13 @@ def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
     return Desk(cfg, readonly=readonly)
 
 
+
+def _a_reason(text: str) -> str:
+    """A denial's reason at the prompt: asked again while blank (the audit trail keeps it)."""
+    if not text.strip():
+        raise click.BadParameter("a denial needs a reason")
+    return text.strip()
+
 @click.group()
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store (SQLite) to use.")
 @click.pass_context
@@ -441,11 +448,12 @@ def guided_approvals(
         )
         answer = next(c for c in choices if c.startswith(answer))
         if answer == "skip":
+            desk.skip(p.id, as_user=as_user)
             console.print(f"  skipped: left in the queue as {p.id}")
             decided(p.id, "skipped")
             continue
         if answer == "deny":
-            reason = click.prompt("  reason", err=True).strip() or "denied at the prompt"
+            reason = click.prompt("  reason", err=True, value_proc=_a_reason)
             desk.deny(p.id, reason=reason, as_user=as_user)
             decided(p.id, "denied")
             console.print(f"  denied: {escape(reason)}")

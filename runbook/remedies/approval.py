@@ -251,6 +251,13 @@ class Desk:
         self.record("denied", pid, actor, {"reason": reason})
         return proposal
 
+    def skip(self, pid: str, *, as_user: str | None = None) -> Proposal:
+        """Left in the queue at a prompt: nothing changes but the audit trail, which says who
+        saw it and chose not to decide (so "nobody looked" and "someone looked" differ)."""
+        proposal = self.store.get(pid)
+        self.record("skipped", pid, actor_name(as_user), {"state": proposal.state})
+        return proposal
+
     def recover(self, pid: str, *, as_user: str | None = None, force: bool = False) -> Proposal:
         """A proposal left `running` by a process that is gone → `failed`, audited; it is
         never run again (re-run the runbook for a fresh proposal). A runner that still lives is

@@ -70,6 +70,8 @@ def test_deny_at_the_prompt_records_the_reason_and_changes_nothing(
     child.expect("approve / deny / skip")
     child.sendline("deny")
     child.expect("reason")
+    child.sendline("   ")  # a blank reason is asked again, not recorded
+    child.expect("a denial needs a reason")
     child.sendline("the job is being rewritten to use less shm")
     child.expect("denied")
     child.expect(pexpect.EOF)
@@ -92,6 +94,15 @@ def test_skip_leaves_it_queued(tmp_path: Path, checkout: Path) -> None:  # noqa:
     (proposal,) = state_of(tmp_path)
     assert proposal["state"] == "pending"
     assert (checkout / "job.yaml").read_text() == JOB
+    # who saw it and left it is in the audit trail
+    shown = subprocess.run(
+        [sys.executable, "-m", "runbook", "audit", "show", "--proposal", proposal["id"],
+         "--format", "json"],
+        env=cli_env(tmp_path), capture_output=True, text=True, check=True,
+    ).stdout
+    entries = [json.loads(line) for line in shown.splitlines()]
+    assert [e["event"] for e in entries] == ["proposed", "previewed", "skipped"]
+    assert entries[-1]["actor"]
 
 
 def test_two_proposals_on_one_manifest_both_apply_the_second_replanned(
