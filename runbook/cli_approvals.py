@@ -73,6 +73,18 @@ def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
     return Desk(cfg, readonly=readonly)
 
 
+def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value:
+        ctx.obj = {**(ctx.obj or {}), "db": value}
+
+
+#: `--db` after the subcommand too (`approvals list --db X`, as `run --db X`); the group's
+#: own `approvals --db X list` still works
+_db_option = click.option(
+    "--db", type=click.Path(dir_okay=False), expose_value=False, callback=_set_db,
+    is_eager=True, help="Approval store (SQLite) to use.",
+)  # fmt: skip
+
 
 def _a_reason(text: str) -> str:
     """A denial's reason at the prompt: asked again while blank (the audit trail keeps it)."""
@@ -89,6 +101,7 @@ def approvals(ctx: click.Context, db: str | None) -> None:
 
 
 @approvals.command("list")
+@_db_option
 @click.option(
     "--state",
     "states",
@@ -181,6 +194,7 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
 
 
 @approvals.command("show")
+@_db_option
 @click.argument("pid", metavar="ID")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
@@ -196,6 +210,7 @@ def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
 
 
 @approvals.command("preview")
+@_db_option
 @click.argument("pid", metavar="ID")
 @click.pass_context
 def preview_cmd(ctx: click.Context, pid: str) -> None:
@@ -225,6 +240,7 @@ def report_execution(console: Console, execution: Any) -> None:
 
 
 @approvals.command("approve")
+@_db_option
 @click.argument("pid", metavar="ID")
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
               "the OS user), e.g. behind a shared account.")
@@ -263,6 +279,7 @@ def approve_cmd(ctx: click.Context, pid: str, as_user: str | None, no_recheck: b
 
 
 @approvals.command("deny")
+@_db_option
 @click.argument("pid", metavar="ID")
 @click.option("--reason", required=True, help="Why (recorded in the audit trail).")
 @click.option("--as", "as_user", metavar="NAME")
@@ -275,6 +292,7 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None) -> 
 
 
 @approvals.command("recover")
+@_db_option
 @click.argument("pid", metavar="ID")
 @click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
 @click.option("--force", is_flag=True,

@@ -296,3 +296,21 @@ def test_a_killed_claim_is_recovered_the_same_way(cli, checkout: Path, tmp_path:
     )  # fmt: skip
     assert died.returncode == -9, died.stderr
     assert cli("approvals", "recover", pid).rc == 0
+
+
+def test_db_is_taken_after_the_subcommand_as_run_takes_it(  # type: ignore[no-untyped-def]
+    cli, checkout: Path, tmp_path: Path
+) -> None:
+    db = tmp_path / "team.db"
+    ran = cli("run", "nccl-init-failure", "--target", f"replay://{BUNDLE}", "--no-input",
+              "--var", f"manifest={checkout / 'job.yaml'}", "--db", str(db), timeout=120)
+    assert ran.rc == 0, ran.stderr
+    after = cli("approvals", "list", "--db", str(db), "--format", "json")
+    assert after.rc == 0, after.stderr
+    (proposal,) = [p for p in after.json() if p["kind"] == "shm-size-limit"]
+    before = cli("approvals", "--db", str(db), "list", "--format", "json")
+    assert [p["id"] for p in before.json()] == [p["id"] for p in after.json()]
+    shown = cli("approvals", "show", proposal["id"], "--db", str(db))
+    assert shown.rc == 0 and proposal["id"] in shown.stdout, shown.stderr
+    default = cli("approvals", "list", "--format", "json")  # the default store holds none
+    assert default.rc == 0 and default.json() == []
