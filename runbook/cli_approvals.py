@@ -136,7 +136,10 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
         table.add_row(p.id, state, p.kind, p.node or "-", _when(p.created_at),
                       "expired" if p.expired and p.state == "pending" else _when(p.expires_at),
                       escape(p.summary))
-    console.print(table)
+    with console.capture() as captured:
+        console.print(table)
+    # rich pads each row to the table's width: a pipe (grep, awk, a diff) gets clean lines
+    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
 
 
 def _value(value: Any) -> str:

@@ -106,6 +106,10 @@ def test_no_input_queues_the_proposal_and_changes_nothing(cli, checkout: Path) -
     assert "playbooks/shm-size-limit.yml" in shown.stdout
     assert "workload_patch_manifest" in shown.stdout
     assert audit_events(cli, pid) == ["proposed"]
+    listed = cli("approvals", "list")  # a pipe: whole lines, no padding at their ends
+    rows = listed.stdout.splitlines()
+    assert rows[0].split()[:3] == ["ID", "STATE", "KIND"] and any(pid in r for r in rows[1:])
+    assert not [r for r in rows if r != r.rstrip()], rows
 
 
 def test_approve_runs_check_then_apply_once_and_the_size_comes_from_the_measurement(
