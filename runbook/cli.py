@@ -712,7 +712,9 @@ def _register_subcommands() -> None:
     # modules that add their own commands: each exposes COMMANDS (a list of click commands)
     import importlib
 
-    for name in ("runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume"):
+    for name in (
+        "runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume", "runbook.cli_list"
+    ):
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -217,3 +217,36 @@ def test_the_installed_console_script_is_on_the_venv_path() -> None:
     script = Path(sys.executable).parent / "runbook"
     assert script.exists() or shutil.which("runbook"), "pip install did not create `runbook`"
     assert os.access(script if script.exists() else shutil.which("runbook") or "", os.X_OK)
+
+
+def test_runbooks_lists_the_shipped_runbooks_a_run_takes(cli) -> None:  # type: ignore[no-untyped-def]
+    from runbook.spec import shipped
+
+    listed = cli("runbooks", "--format", "json")
+    assert listed.rc == 0, listed.stderr
+    rows = {r["id"]: r for r in listed.json()}
+    assert set(rows) == set(shipped()) and "nccl-init-failure" in rows
+    assert rows["nccl-init-failure"]["stages"] == 8 and "error" not in rows["nccl-init-failure"]
+    text = cli("runbooks").stdout.splitlines()
+    assert any(line.startswith("nccl-init-failure ") and "(8 stages)" in line for line in text)
+    assert any(line.endswith("(1 stage)") for line in text), text  # counts agree in number
+
+
+def test_runs_lists_past_runs_newest_first_finished_or_not(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    assert cli("runs").stdout.startswith("no runs in ")
+    first = cli("run", "nccl-init-failure", "--target", f"replay://{DEMO}", "--no-input")
+    assert first.rc == 0, first.stderr
+    runs_dir = tmp_path / "state" / "runs"
+    (done,) = list(runs_dir.iterdir())
+    # a run stopped after it began (events, no verdict), named to sort as the newest
+    stopped = runs_dir / "29991231T000000Z-nccl-init-failure-000000"
+    stopped.mkdir(mode=0o700)
+    (stopped / "events.jsonl").write_text(json.dumps(
+        {"time": "x", "event": "run-started", "runbook": "nccl-init-failure", "node": "n9"}) + "\n")
+    listed = cli("runs", "--format", "json")
+    assert listed.rc == 0, listed.stderr
+    rows = listed.json()
+    assert [r["run_dir"] for r in rows] == [str(stopped), str(done)]
+    assert rows[0]["status"].startswith("interrupted") and rows[0]["node"] == "n9"
+    assert (rows[1]["status"], rows[1]["root_cause"]) == ("finished", "host-memory-oom")
+    assert len(cli("runs", "--limit", "1", "--format", "json").json()) == 1
