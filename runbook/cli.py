@@ -25,6 +25,7 @@ from rich.console import Console
 
 from runbook import __version__
 from runbook.errors import RunbookError, UsageError
+from runbook.output import output_console
 
 if TYPE_CHECKING:  # imported when a command runs: `runbook --help` stays fast
     from runbook.executor import RunResult
@@ -420,14 +421,14 @@ def run(
                 transport,
                 variables,
                 directory,
-                Console(stderr=fmt == "json", highlight=False),
+                output_console(stderr=fmt == "json"),
                 verbose=verbose,
             )
         finally:
             transport.close()
         interactive = not no_input and fmt == "text" and sys.stdin.isatty()
         approvals_phase(
-            Console(stderr=fmt == "json", highlight=False),
+            output_console(stderr=fmt == "json"),
             cfg,
             directory,
             record,
@@ -482,7 +483,7 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
     elif fmt == "markdown":
         click.echo(markdown.render(result.verdict), nl=False)
     else:
-        render_verdict(Console(highlight=False), result.verdict)
+        render_verdict(output_console(), result.verdict)
 
 
 @cli.command()

@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runbook import config as config_mod
+from runbook.output import output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
 
@@ -209,7 +210,7 @@ def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     if fmt == "json":
         click.echo(json.dumps(p.as_dict(), indent=2, default=str))
         return
-    show_proposal(Console(highlight=False), p)
+    show_proposal(output_console(), p)
 
 
 @approvals.command("preview")

@@ -17,6 +17,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from runbook.output import output_console
+
 #: the parsers whose facts the estimate reads
 PARSERS = ("kube", "cgroup", "procmem")
 RUNBOOK = "nccl-init-failure"
@@ -198,7 +200,7 @@ def estimate_memory(bundle: str | None, fmt: str, rank_comm: str | None, **optio
         data["describe"] = list(result.describe())
         click.echo(json.dumps(data, indent=2))
     else:
-        _render_text(Console(highlight=False), result, advice)
+        _render_text(output_console(), result, advice)
     if result.refused:
         raise click.exceptions.Exit(1)
 

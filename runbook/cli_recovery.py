@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.cli import _open, parse_vars, target_options
+from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
     click.option("--cgroup", "pod_cgroup", metavar="DIR",
@@ -103,7 +104,7 @@ def verify_cmd(
     request = ReplayRequest(command=job_command, stages=stages, pod_cgroup=pod_cgroup,
                             headroom=headroom, duration_s=stage_seconds, python=python,
                             collective_pattern=collective_pattern, skip=no_replay)
-    console = Console(stderr=fmt == "json", highlight=False)
+    console = output_console(stderr=fmt == "json")
     with _desk(ctx, db) as desk:
         proposal = desk.store.get(pid)
         why = verifiable(proposal)
@@ -182,7 +183,7 @@ def replay_stages_cmd(
         collective_pattern=collective_pattern or DEFAULT_PATTERN,
         expected_limit_bytes=parse_size(expect_limit, "--expect-limit") if expect_limit else None,
     )
-    console = Console(stderr=fmt == "json", highlight=False)
+    console = output_console(stderr=fmt == "json")
     started, done = _stage_printer(console)
     transport = _open(target, kw)
     try:

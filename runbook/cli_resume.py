@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.errors import StateError
+from runbook.output import output_console
 from runbook.verdict import Verdict
 
 
@@ -169,7 +170,7 @@ def resume(
         obj = ctx.find_root().obj or {}
         config_file = obj.get("config") or record.config
         cfg = config_mod.load(Path(config_file) if config_file else None, db=record.db)
-        console = Console(stderr=fmt == "json", highlight=False)
+        console = output_console(stderr=fmt == "json")
         if record.cwd and Path(record.cwd).is_dir():
             os.chdir(record.cwd)  # relative paths in the variables mean what they meant
         for note in repair(path):

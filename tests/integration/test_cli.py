@@ -250,3 +250,18 @@ def test_runs_lists_past_runs_newest_first_finished_or_not(cli, tmp_path) -> Non
     assert rows[0]["status"].startswith("interrupted") and rows[0]["node"] == "n9"
     assert (rows[1]["status"], rows[1]["root_cause"]) == ("finished", "host-memory-oom")
     assert len(cli("runs", "--limit", "1", "--format", "json").json()) == 1
+
+
+def test_piped_output_is_not_hard_wrapped_at_80_columns(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Into a pipe (no terminal, no COLUMNS), a finding or rule-out is one line, whole."""
+    import subprocess
+    import sys
+
+    from tests.integration.conftest import cli_env
+
+    env = {k: v for k, v in cli_env(tmp_path).items() if k != "COLUMNS"}
+    bundle = Path(__file__).resolve().parents[1] / "bundles" / "pcie-corrected-aer-only"
+    out = subprocess.run([sys.executable, "-m", "runbook", "analyze", str(bundle)], env=env,
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    (line,) = [line for line in out.splitlines() if "ruled out pcie-error" in line]
+    assert len(line) > 120 and line.rstrip().endswith("which the link recovered from)"), line

@@ -1,0 +1,18 @@
+"""The console a command prints its report on (rich), the same way for every command."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rich.console import Console
+
+
+def output_console(*, stderr: bool = False) -> Console:
+    """The console a command prints its report on. On a terminal, rich's own (wrapped to the
+    window); into a pipe or a file, lines are not hard-wrapped at 80 columns (a finding is one
+    line for grep, and a log keeps it whole), unless COLUMNS asks for a width."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty() or os.environ.get("COLUMNS"):
+        return Console(stderr=stderr, highlight=False)
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
