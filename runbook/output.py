@@ -16,3 +16,8 @@ def output_console(*, stderr: bool = False) -> Console:
     if stream.isatty() or os.environ.get("COLUMNS"):
         return Console(stderr=stderr, highlight=False)
     return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """`1 host`, `2 hosts`, `0 hosts`: a count that agrees in number with its noun."""
+    return f"{n} {noun if n == 1 else plural or noun + 's'}"

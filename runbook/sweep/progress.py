@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from runbook.output import count
 from runbook.sweep.results import FAILING, NOT_SWEPT, HostResult, Status, SweepResult
 
 
@@ -119,7 +120,7 @@ class LineProgress:
 
     def started(self, total: int) -> None:
         self.total = total
-        self._write(f"{self.title}: {total} hosts")
+        self._write(f"{self.title}: {count(total, 'host')}")
 
     def host_done(self, result: HostResult) -> None:
         self.tally.add(result)
@@ -133,7 +134,7 @@ class LineProgress:
     def finished(self, result: SweepResult) -> None:
         t = self.tally
         self._write(
-            f"done: {t.done} hosts in {result.duration_s:.1f}s ({t.rate():.1f} hosts/s): "
+            f"done: {count(t.done, 'host')} in {result.duration_s:.1f}s ({t.rate():.1f} hosts/s): "
             f"{t.done - t.failing - t.unreachable} ok, {t.failing} failing, "
             f"{t.unreachable} unreachable"
         )

@@ -22,6 +22,17 @@ RESULTS = [
 DONE = SweepResult("rb", "inv", RESULTS, "t0", "t1", 4.0)
 
 
+def test_a_count_of_one_host_is_singular() -> None:
+    out = io.StringIO()
+    progress = progress_for("sweep rb", out)
+    progress.started(1)
+    progress.host_done(RESULTS[0])
+    progress.finished(SweepResult("rb", "inv", RESULTS[:1], "t0", "t1", 1.0))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "sweep rb: 1 host"
+    assert lines[-1].startswith("done: 1 host in 1.0s"), lines
+
+
 def test_plain_lines_when_not_a_terminal() -> None:
     out = io.StringIO()
     progress = progress_for("sweep rb", out)

@@ -166,3 +166,16 @@ def test_a_merge_keeps_the_latest_result_of_a_host_and_the_stalest_success(
     assert hosts["healthy"].root_cause == "gpu-hardware"  # the later shard's result
     assert merged.finished_ts == 100.0 and merged.duration_s == pytest.approx(110.0)
     assert merged.shards == ["1/2", "2/2"] and merged.missing_shards == []
+
+
+def test_a_sweep_of_one_host_says_one_host(tmp_path: Path) -> None:
+    from tests.integration.conftest import cli_env
+    from tests.sweep.helpers import runbook
+
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    (fetched / "healthy").symlink_to(CORPUS / "healthy", target_is_directory=True)
+    done = runbook(["analyze-dir", str(fetched), "--report", str(tmp_path / "report")],
+                   cli_env(tmp_path))  # fmt: skip
+    assert done.rc == 0, done.stderr
+    assert " of 1 host in " in done.stdout.splitlines()[0], done.stdout
