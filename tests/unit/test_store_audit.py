@@ -71,12 +71,15 @@ def test_claim_then_finish_and_never_again(tmp_path):
             store.get("pnope")
 
 
-def _race(db: str, pid: str, name: str, barrier, results) -> None:
+def _race(db: str, pid: str, name: str, barrier, results, release) -> None:
     with Store(Path(db)) as store:
         barrier.wait()
         try:
             store.claim(pid, actor=name)
             results.put((name, "won"))
+            # the winner lives on, as an approver does while its playbook runs: a loser that
+            # looked after it had exited would rightly be told its process is gone instead
+            release.wait(30)
         except Conflict as exc:
             results.put((name, str(exc)))
 
@@ -86,16 +89,19 @@ def test_two_processes_claiming_at_once_one_wins(tmp_path):
     with Store(db) as store:
         p, _ = _enqueue(store)
     ctx = multiprocessing.get_context("fork")
-    barrier, results = ctx.Barrier(6), ctx.Queue()
+    barrier, results, release = ctx.Barrier(6), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_race, args=(str(db), p.id, f"user{i}", barrier, results))
+        ctx.Process(target=_race, args=(str(db), p.id, f"user{i}", barrier, results, release))
         for i in range(6)
     ]
     for proc in procs:
         proc.start()
-    for proc in procs:
-        proc.join(30)
-    outcomes = [results.get(timeout=5) for _ in procs]
+    try:
+        outcomes = [results.get(timeout=30) for _ in procs]
+    finally:
+        release.set()
+        for proc in procs:
+            proc.join(30)
     winners = [name for name, what in outcomes if what == "won"]
     assert len(winners) == 1
     losers = [what for name, what in outcomes if what != "won"]
