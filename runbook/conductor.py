@@ -28,14 +28,6 @@ from runbook.transports.base import CommandResult, Probe
 _READS_WALK = re.compile(r"\b(?:facts|results)\b")
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """A probe the walk may send before its stage comes (Conductor.ahead)."""
-
-    stage: str
-    probe: Probe
-
-
 class Status(str, enum.Enum):
     OK = "ok"
     ANOMALY = "anomaly"
@@ -203,13 +195,13 @@ class Conductor:
     def next_stage(self) -> Stage | None:
         return None if self.current is None else self.runbook.stage(self.current)
 
-    def ahead(self) -> list[Ahead]:
-        """Probes the walk may send before their stage comes: those of every stage not walked
-        yet that has no `when` of its own, whose command reads no stage's facts or results —
-        rendered now, they are what their stage will render (the walk checks: a command that
-        renders otherwise is run then, and the early one is not used)."""
+    def ahead(self) -> dict[str, list[Probe]]:
+        """Probes the walk may send before their stage comes, by stage id: those of every
+        stage not walked yet that has no `when` of its own, whose command reads no stage's
+        facts or results — rendered now, they are what their stage will render (the walk
+        checks: a command that renders otherwise is run then, and the early one is not used)."""
         ctx = self.context()
-        found: list[Ahead] = []
+        found: dict[str, list[Probe]] = {}
         for stage in self.runbook.stages:
             if stage.id in self.path or stage.when:
                 continue
@@ -220,7 +212,7 @@ class Conductor:
                     command = templating.render_command(item.command, ctx)
                 except TemplateError:
                     continue  # its stage reports it
-                found.append(Ahead(stage.id, Probe(item.name, command, stage.timeout)))
+                found.setdefault(stage.id, []).append(Probe(item.name, command, stage.timeout))
         return found
 
     def should_run(self, stage: Stage) -> tuple[bool, str]:

@@ -193,13 +193,16 @@ class _Prober:
             futures.append(early if early is not None else self._submit(probe))
         return [future.result() for future in futures]
 
-    def close(self, *, wait: bool = True) -> None:
+    def __enter__(self) -> _Prober:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         """Probes not started are cancelled (one sent ahead for a stage the walk never reached);
         those in flight are waited for, so no thread outlives the walk — unless the walk was
-        interrupted (`wait=False`: ^C must not wait out a `sleep 300`; the caller closes the
+        interrupted (an exception: ^C must not wait out a `sleep 300`; the caller closes the
         transport, which ends them)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=True)
+            self._pool.shutdown(wait=kind is None, cancel_futures=True)
 
 
 def _parse(
@@ -280,159 +283,136 @@ def execute(
     conductor = resume if resume is not None else Conductor(runbook, variables)
     started = time.monotonic()
 
-    prober = _Prober(transport, max_parallel)
-    try:
-        result = _walk(
-            runbook, transport, prober, conductor, observer, run_dir, collect_all, node,
-            context, resume is not None, started,
-        )  # fmt: skip
-    except BaseException:
-        prober.close(wait=False)
-        raise
-    prober.close()
-    return result
+    with _Prober(transport, max_parallel) as prober:
+        all_results: dict[str, CommandResult] = {}
+        #: (probe name, command) -> the files it contributed, for stages that collect it again
+        collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
+        for result in prober.run(PREAMBLE):
+            all_results[result.name] = result
+        node = node or node_name(all_results, transport.description)
+        conductor.vars.setdefault("node", node)  # templates may name the node
+        ctx: dict[str, Any] = {
+            "node": node,
+            "page_size": 4096,
+            **_clock_context(all_results),
+            **(context or {}),
+            "vars": conductor.vars,
+        }
+        # every probe that needs no earlier stage's facts goes now, in one burst (when there is
+        # more than the next stage's: those it sends itself)
+        ahead = conductor.ahead()
+        if len(ahead) > 1:
+            prober.send_ahead([probe for probes in ahead.values() for probe in probes])
+        if run_dir and resume is not None:
+            run_dir.event(
+                "run-resumed",
+                runbook=runbook.id,
+                target=transport.description,
+                node=node,
+                at=conductor.current,
+                walked=list(conductor.path),
+            )
+        elif run_dir:
+            run_dir.event(
+                "run-started", runbook=runbook.id, target=transport.description, node=node
+            )
 
-
-def _walk(
-    runbook: Runbook,
-    transport: Transport,
-    prober: _Prober,
-    conductor: Conductor,
-    observer: Observer,
-    run_dir: RunDirectory | None,
-    collect_all: bool,
-    node: str | None,
-    context: Mapping[str, Any] | None,
-    resumed: bool,
-    started: float,
-) -> RunResult:
-    all_results: dict[str, CommandResult] = {}
-    #: (probe name, command) -> the files it contributed, for stages that collect it again
-    collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
-    for result in prober.run(PREAMBLE):
-        all_results[result.name] = result
-    node = node or node_name(all_results, transport.description)
-    conductor.vars.setdefault("node", node)  # templates may name the node
-    ctx: dict[str, Any] = {
-        "node": node,
-        "page_size": 4096,
-        **_clock_context(all_results),
-        **(context or {}),
-        "vars": conductor.vars,
-    }
-    # every probe that needs no earlier stage's facts goes now, in one burst (when there is
-    # more than the next stage's: those it sends itself)
-    ahead = conductor.ahead()
-    if len({p.stage for p in ahead}) > 1:
-        prober.send_ahead([p.probe for p in ahead])
-    if run_dir and resumed:
-        run_dir.event(
-            "run-resumed",
-            runbook=runbook.id,
-            target=transport.description,
-            node=node,
-            at=conductor.current,
-            walked=list(conductor.path),
-        )
-    elif run_dir:
-        run_dir.event("run-started", runbook=runbook.id, target=transport.description, node=node)
-
-    total = len(runbook.stages)
-    while not conductor.done:
-        stage = conductor.next_stage()
-        assert stage is not None
-        index = [s.id for s in runbook.stages].index(stage.id) + 1
-        run_it, why = conductor.should_run(stage)
-        if not run_it and not collect_all:
-            record = conductor.skip(stage.id, f"skipped: {why} is false")
+        total = len(runbook.stages)
+        while not conductor.done:
+            stage = conductor.next_stage()
+            assert stage is not None
+            index = [s.id for s in runbook.stages].index(stage.id) + 1
+            run_it, why = conductor.should_run(stage)
+            if not run_it and not collect_all:
+                record = conductor.skip(stage.id, f"skipped: {why} is false")
+                if run_dir:
+                    run_dir.save_state(conductor.to_state())
+                observer.stage_done(stage, record)
+                continue
+            probes, template_errors = conductor.probes(stage)
+            observer.stage_started(stage, index, total, probes)
+            results: dict[str, CommandResult] = {}
+            # a file an earlier stage already collected with the same command (NCCL's logs are read
+            # by three stages) is not fetched again: one round trip, and every parser sees the
+            # content the bundle holds
+            fresh = []
+            for probe in probes:
+                earlier = collected.get((probe.name, probe.command))
+                if earlier is None:
+                    fresh.append(probe)
+                    continue
+                results.update(earlier)
+                observer.probe_done(stage, next(iter(earlier.values())))
+            commands = {p.name: p.command for p in fresh}
+            for result in prober.run(fresh):
+                results[result.name] = result
+                observer.probe_done(stage, result)
+                pieces = (
+                    bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
+                )
+                if not pieces and result.exited not in (0, None) and not result.stdout.strip():
+                    # a multi-file probe that found no file at all collected nothing
+                    results[result.name] = result = replace(result, collected=False)
+                if pieces and pieces[0] is not result:
+                    # parsers see the files, not the joined multi-file output they came in
+                    del results[result.name]
+                for piece in pieces:
+                    results.setdefault(piece.name, piece)
+                    all_results[piece.name] = piece
+                    if run_dir:
+                        bundle_mod.write_result(run_dir.bundle, piece)
+                collected[(result.name, commands.get(result.name, result.command))] = {
+                    piece.name: results[piece.name] for piece in pieces
+                } or {result.name: results[result.name]}
+                if run_dir:
+                    run_dir.event(
+                        "probe",
+                        stage=stage.id,
+                        name=result.name,
+                        command=result.command,
+                        exited=result.exited,
+                        duration=round(result.duration, 4),
+                        failure=result.failure,
+                        truncated=result.truncated,
+                    )
+            facts, parse_errors = _parse(stage, results, ctx)
+            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
+            if collect_all:
+                # collection walks every stage in order whatever the rules said
+                ids = [s.id for s in runbook.stages]
+                conductor.current = ids[index] if index < len(ids) else None
             if run_dir:
                 run_dir.save_state(conductor.to_state())
-            observer.stage_done(stage, record)
-            continue
-        probes, template_errors = conductor.probes(stage)
-        observer.stage_started(stage, index, total, probes)
-        results: dict[str, CommandResult] = {}
-        # a file an earlier stage already collected with the same command (NCCL's logs are read
-        # by three stages) is not fetched again: one round trip, and every parser sees the
-        # content the bundle holds
-        fresh = []
-        for probe in probes:
-            earlier = collected.get((probe.name, probe.command))
-            if earlier is None:
-                fresh.append(probe)
-                continue
-            results.update(earlier)
-            observer.probe_done(stage, next(iter(earlier.values())))
-        commands = {p.name: p.command for p in fresh}
-        for result in prober.run(fresh):
-            results[result.name] = result
-            observer.probe_done(stage, result)
-            pieces = (
-                bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
-            )
-            if not pieces and result.exited not in (0, None) and not result.stdout.strip():
-                # a multi-file probe that found no file at all collected nothing
-                results[result.name] = result = replace(result, collected=False)
-            if pieces and pieces[0] is not result:
-                # parsers see the files, not the joined multi-file output they came in
-                del results[result.name]
-            for piece in pieces:
-                results.setdefault(piece.name, piece)
-                all_results[piece.name] = piece
-                if run_dir:
-                    bundle_mod.write_result(run_dir.bundle, piece)
-            collected[(result.name, commands.get(result.name, result.command))] = {
-                piece.name: results[piece.name] for piece in pieces
-            } or {result.name: results[result.name]}
-            if run_dir:
                 run_dir.event(
-                    "probe",
+                    "stage",
                     stage=stage.id,
-                    name=result.name,
-                    command=result.command,
-                    exited=result.exited,
-                    duration=round(result.duration, 4),
-                    failure=result.failure,
-                    truncated=result.truncated,
+                    status=record.status.value,
+                    next=record.next,
+                    reason=record.reason,
+                    findings=[f.text for f in record.findings],
+                    errors=record.errors,
                 )
-        facts, parse_errors = _parse(stage, results, ctx)
-        record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
-        if collect_all:
-            # collection walks every stage in order whatever the rules said
-            ids = [s.id for s in runbook.stages]
-            conductor.current = ids[index] if index < len(ids) else None
-        if run_dir:
-            run_dir.save_state(conductor.to_state())
-            run_dir.event(
-                "stage",
-                stage=stage.id,
-                status=record.status.value,
-                next=record.next,
-                reason=record.reason,
-                findings=[f.text for f in record.findings],
-                errors=record.errors,
-            )
-        observer.stage_done(stage, record)
+            observer.stage_done(stage, record)
 
-    verdict = build_verdict(
-        conductor,
-        node=node,
-        target=transport.description,
-        local_utc_offset=ctx.get("utc_offset"),
-    )
-    verdict = verdict.annotated(duration_s=round(time.monotonic() - started, 3))
-    if run_dir:
-        meta = bundle_mod.BundleMeta(
+        verdict = build_verdict(
+            conductor,
             node=node,
-            collected_at=bundle_mod.now_iso(),
-            pod=_str_or_none(conductor.vars.get("pod")),
-            namespace=_str_or_none(conductor.vars.get("namespace")),
+            target=transport.description,
+            local_utc_offset=ctx.get("utc_offset"),
         )
-        bundle_mod.write_bundle(run_dir.bundle, meta, ())
-        run_dir.save_verdict(verdict)
-        run_dir.event("run-done", root_cause=verdict.root_cause)
-    observer.run_done(verdict)
-    return RunResult(verdict, conductor, all_results, node, run_dir.path if run_dir else None)
+        verdict = verdict.annotated(duration_s=round(time.monotonic() - started, 3))
+        if run_dir:
+            meta = bundle_mod.BundleMeta(
+                node=node,
+                collected_at=bundle_mod.now_iso(),
+                pod=_str_or_none(conductor.vars.get("pod")),
+                namespace=_str_or_none(conductor.vars.get("namespace")),
+            )
+            bundle_mod.write_bundle(run_dir.bundle, meta, ())
+            run_dir.save_verdict(verdict)
+            run_dir.event("run-done", root_cause=verdict.root_cause)
+        observer.run_done(verdict)
+        return RunResult(verdict, conductor, all_results, node, run_dir.path if run_dir else None)
 
 
 def _str_or_none(value: Any) -> str | None:
