@@ -32,7 +32,7 @@ from runbook.parsers._common import (
 )
 from runbook.parsers.clock import boot_time, parse_clock
 from runbook.parsers.registry import Files, register
-from runbook.parsers.scan import Tally, candidates
+from runbook.parsers.scan import Tallied, Tally, candidates
 
 SOURCE = "dmesg.txt"
 #: a limit at or above this many bytes is "unlimited" (v1 prints PAGE_COUNTER_MAX pages)
@@ -250,8 +250,6 @@ def candidate_lines(result: Any) -> candidates:
     return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER))
 
 
-
-
 @functools.cache
 def _trigger() -> re.Pattern[str]:
     """Every line on which a record can start or be recorded whole matches this (the slow
@@ -437,7 +435,8 @@ def parse_dmesg(
     trigger = _trigger()
     # numbered lines from candidate_lines come with their corrected AER reports tallied
     tally: Tally | None = getattr(lines, "tally", None) if numbered else None
-    corrected: dict[str, list[Any]] = {}  # device → [reports, first line, last line]
+    # the slow path counts them itself, in the tally's own record
+    corrected: dict[str, Tallied] = tally.found if tally is not None else {}
 
     oom: _Oom | None = None
     aer: _Aer | None = None
@@ -491,12 +490,10 @@ def parse_dmesg(
         cm = _CORRECTED.search(raw) if "orrect" in raw else None
         if cm is not None:
             if tally is None:
-                seen = corrected.get(cm.group(1))
-                if seen is None:
-                    corrected[cm.group(1)] = [1, (n, raw.rstrip("\r")), (n, raw.rstrip("\r"))]
-                else:
-                    seen[0] += 1
-                    seen[2] = (n, raw.rstrip("\r"))
+                line = (n, raw.rstrip("\r"))
+                seen = corrected.setdefault(cm.group(1), Tallied(0, line, line))
+                seen.count += 1
+                seen.last = line
             finish_aer()
             last_time = last_up = None
             continue
@@ -822,16 +819,14 @@ def parse_dmesg(
 
     finish_oom()
     finish_aer()
-    if tally is not None:
-        corrected = {k: [t.count, t.first, t.last] for k, t in tally.found.items()}
     summaries = tuple(
         CorrectedAer(
             device=device,
-            reports=count,
-            first=_stamped(first, source, ref, boot_epoch),
-            last=_stamped(last, source, ref, boot_epoch),
+            reports=seen.count,
+            first=_stamped(seen.first, source, ref, boot_epoch),
+            last=_stamped(seen.last, source, ref, boot_epoch),
         )
-        for device, (count, first, last) in corrected.items()
+        for device, seen in corrected.items()
     )
     if summaries:
         counter.totals["aer_corrected"] = sum(a.reports for a in summaries)
