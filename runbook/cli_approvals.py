@@ -93,6 +93,7 @@ def _a_reason(text: str) -> str:
         raise click.BadParameter("a denial needs a reason")
     return text.strip()
 
+
 @click.group()
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store (SQLite) to use.")
 @click.pass_context

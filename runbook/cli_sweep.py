@@ -21,6 +21,7 @@ import click
 
 from runbook import atomic
 from runbook.errors import UsageError
+from runbook.output import count
 
 
 def _vars(items: tuple[str, ...]) -> dict[str, Any]:
@@ -51,20 +52,15 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
         counts = ", ".join(f"{n} {s}" for s, n in sweep.counts().items() if n) or "no hosts"
         swept = len(sweep.hosts) - len(sweep.reused())
         rate = swept / sweep.duration_s if sweep.duration_s > 0 else 0.0
-        from runbook.output import count
-
         click.echo(
             f"{sweep.mode} of {count(len(sweep.hosts), 'host')} in {sweep.duration_s:.1f}s "
             f"({rate:.1f} hosts/s): {counts}"
         )
-        if sweep.reused():
-            reused = len(sweep.reused())
+        reused = sweep.reused()
+        if reused:
             click.echo(
-                f"{count(reused, 'host')}' results reused from the interrupted sweep "
-                f"started {sweep.resumed_from}: {_names([h.host for h in sweep.reused()])}"
-                if reused > 1 else
-                f"1 host's result reused from the interrupted sweep started "
-                f"{sweep.resumed_from}: {_names([h.host for h in sweep.reused()])}"
+                f"results of {count(len(reused), 'host')} reused from the interrupted sweep "
+                f"started {sweep.resumed_from}: {_names([h.host for h in reused])}"
             )
         if sweep.missing_shards:
             click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
