@@ -92,13 +92,19 @@ def _templates(filler: list[str], shape: str, count: int) -> list[str]:
     return out[:count]
 
 
-def _write(path: Path, templates: list[str], signatures: list[str], size: int) -> None:
-    """`size` bytes of the templates' lines with the signatures at 1/3 and 3/4 of the file."""
-    block_lines = []
-    for n, template in enumerate(templates):
-        block_lines.append(template.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8,
-                                           b=0x1B + (n // 97) % 4, r=(n // 97) % 4))  # fmt: skip
-    block = ("\n".join(block_lines) + "\n").encode()
+def shaped_lines(shape: str, count: int) -> list[str]:
+    """`count` kernel-log lines of `shape` (quiet, chatter, aer), times and devices filled in
+    (the tests build their small logs of each shape from this too)."""
+    return [
+        template.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8,
+                        b=0x1B + (n // 97) % 4, r=(n // 97) % 4)
+        for n, template in enumerate(_templates(DMESG_FILLER, shape, count))
+    ]
+
+
+def _write(path: Path, lines: list[str], signatures: list[str], size: int) -> None:
+    """`size` bytes of `lines` repeated, with the signatures at 1/3 and 3/4 of the file."""
+    block = ("\n".join(lines) + "\n").encode()
     marks = {size // 3, 3 * size // 4}
     written = 0
     with path.open("wb") as handle:
@@ -121,10 +127,10 @@ def build(workdir: Path, size_mib: int, shape: str = "quiet") -> Path:
     (bundle / "bundle.yaml").write_text(
         "format: 1\nnode: gpu-node-07\ncollected_at: '2026-03-04T10:40:00+00:00'\n"
     )
-    kernel = _templates(DMESG_FILLER, shape, 4800)
-    _write(bundle / "dmesg.txt", kernel, DMESG_SIGNATURES, total * 3 // 4)
-    _write(bundle / "journal-kubelet.txt", _templates(JOURNAL_FILLER, "quiet", 4000),
-           JOURNAL_SIGNATURES, total // 4)  # fmt: skip
+    _write(bundle / "dmesg.txt", shaped_lines(shape, 4800), DMESG_SIGNATURES, total * 3 // 4)
+    journal = [t.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8)
+               for n, t in enumerate(_templates(JOURNAL_FILLER, "quiet", 4000))]  # fmt: skip
+    _write(bundle / "journal-kubelet.txt", journal, JOURNAL_SIGNATURES, total // 4)
     stamp.write_text("ok\n")
     return bundle
 

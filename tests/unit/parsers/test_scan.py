@@ -140,9 +140,7 @@ def shaped_kernel_log(shape: str, lines: int = 3000) -> str:
     article's incident and an uncorrected AER record buried in it."""
     from benchmarks import analyze_throughput as bench
 
-    templates = bench._templates(bench.DMESG_FILLER, shape, lines)
-    body = [t.format(m=n % 60, s=(n * 7) % 60, n=n + 1000, p=n % 8, b=0x1B + (n // 97) % 4,
-                     r=(n // 97) % 4) for n, t in enumerate(templates)]  # fmt: skip
+    body = bench.shaped_lines(shape, lines)
     at = "[Wed Mar  4 10:20:00 2026] "
     uncorrected = [
         f"{at}pcieport 0000:00:01.0: AER: Uncorrected (Fatal) error received: 0000:1b:00.0",
