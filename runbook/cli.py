@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import secrets
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -593,7 +594,8 @@ def report(
     sanitize_map: str | None,
 ) -> None:
     """The incident report of a run directory (its bundle/ and verdict.json) or a bundle:
-    conclusion first, evidence chain, the numbers, timeline, ruled out, fixes.
+    conclusion first, evidence chain, the numbers, timeline, ruled out, fixes. A job's run
+    directory (`run --job`) gives the job report: ranks, nodes, cross-node timeline.
 
     \b
     runbook report ~/.local/state/nccl-runbook/runs/20260304T104000Z-nccl-init-failure-3f9c0a
@@ -675,31 +677,83 @@ def graph(runbook_ref: str, fmt: str) -> None:
 @click.option(
     "--run-dir", type=click.Path(file_okay=False), help="Keep the demo run's artifacts here."
 )
-@click.option("--verbose", "-v", is_flag=True)
-def demo(run_dir: str | None, verbose: bool) -> None:
+@click.option(
+    "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
+)
+@click.option(
+    "--no-input", is_flag=True, help="Stop after the verdict: list the proposals, never prompt."
+)
+def demo(run_dir: str | None, verbose: bool, no_input: bool) -> None:
     """A guided run of the shipped nccl-init-failure runbook over a built-in replayed incident
-    (the host-memory OOM that surfaced as ncclCommInitRank failure). No cluster, GPU or root."""
-    from runbook.demo import incident_bundle
+    (the host-memory OOM that surfaced as ncclCommInitRank failure), then, on a terminal, the
+    approval prompt for each proposed fix of the incident's workload manifest (check-mode
+    diff; approve, deny or skip). No cluster, GPU or root.
+
+    The demo keeps its own approval store and a copy of the manifest in a scratch folder:
+    your queue, your config and your files are never touched."""
+    from runbook import config as config_mod
+    from runbook.cli_resume import approvals_phase
+    from runbook.demo import incident_bundle, workload_manifest
     from runbook.executor import RunDirectory
-    from runbook.spec import load_file, resolve
+    from runbook.resume import RECORD, new_record, read_runbook
     from runbook.transports.replay import ReplayTransport
 
-    runbook = load_file(resolve("nccl-init-failure"))
-    console = Console(highlight=False)
+    runbook, runbook_file = read_runbook("nccl-init-failure")
+    console = output_console()
+    scratch = Path(tempfile.mkdtemp(prefix="runbook-demo-"))
+    manifest = scratch / "workload.yaml"
+    manifest.write_text(workload_manifest(), encoding="utf-8")
+    settings = scratch / "config.yaml"
+    settings.write_text(f"approvals:\n  db: {json.dumps(str(scratch / 'approvals.db'))}\n")
+    cfg = config_mod.load(settings)
+    root = Path(run_dir) if run_dir else scratch / "run"
+    variables: dict[str, Any] = {"manifest": str(manifest)}
     with incident_bundle() as path:
+        target = f"replay://{path}"
         transport = ReplayTransport(path)
         console.print(
             f"[bold]runbook demo[/]: {runbook.title}, over replay of a recorded incident "
             f"on node {transport.bundle.meta.node}"
         )
-        root = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="runbook-demo-"))
         directory = RunDirectory(root)
         try:
-            guided_walk(runbook, transport, {}, directory, console, verbose=verbose)
+            record = new_record(
+                runbook_file,
+                _target_record(target, {}).as_dict(),
+                variables,
+                config=str(settings),
+                no_input=no_input,
+            )
+            directory.write_json(RECORD, record.as_dict())
+            result = guided_walk(runbook, transport, variables, directory, console, verbose=verbose)
+            transport.close()
+            interactive = not no_input and sys.stdin.isatty() and sys.stdout.isatty()
+            approvals_phase(
+                console,
+                cfg,
+                directory,
+                record,
+                runbook,
+                result.verdict,
+                interactive=interactive,
+                as_user=None,
+            )
         finally:
             directory.close()
             transport.close()
+    db = shlex.quote(str(cfg.db))
     console.print(f"\nrun directory: {root}")
+    console.print(
+        "\n[bold]next[/]:\n"
+        f"  runbook report {shlex.quote(str(root))}            # the incident report (markdown)\n"
+        f"  runbook approvals list --db {db}   # the demo's queue\n"
+        f"  runbook approvals show ID --db {db}\n"
+        f"  cat {shlex.quote(str(manifest))}   # the demo's manifest (a fix approved here "
+        "patched it)\n"
+        "  runbook run nccl-init-failure --target ssh://root@NODE --var pod=POD --var namespace=NS"
+        "   # a real node",
+        soft_wrap=True,
+    )
 
 
 def _register_subcommands() -> None:

@@ -19,3 +19,8 @@ from pathlib import Path
 def incident_bundle() -> Iterator[Path]:
     with resources.as_file(resources.files("runbook.demo") / "incident") as path:
         yield Path(path)
+
+
+def workload_manifest() -> str:
+    """The incident's Job manifest (`workload.yaml`), the file the demo's fixes patch a copy of."""
+    return (resources.files("runbook.demo") / "workload.yaml").read_text(encoding="utf-8")

@@ -159,12 +159,52 @@ def check_map_path(map_path: Path, *outputs: Path) -> None:
 @dataclass
 class Report:
     text: str
-    verdict: Verdict
+    #: the node verdict; None for a job run directory (its verdict is job.json's mapping)
+    verdict: Verdict | None
     sanitizer: Sanitizer | None
 
 
 def _is_run_dir(path: Path) -> bool:
     return path.is_dir() and (path / "verdict.json").is_file() and (path / "bundle").is_dir()
+
+
+def _is_job_dir(path: Path) -> bool:
+    """`run --job`'s directory: job.json (the job verdict) and each node's run under nodes/."""
+    return path.is_dir() and (path / "job.json").is_file()
+
+
+def _job_report(path: Path, *, fmt: str, sanitize: bool) -> Report:
+    """The job's report from job.json, as `run --job` wrote job.md; sanitized with one
+    Sanitizer that learned every node's bundle (so a node is <NODE_2> everywhere)."""
+    from runbook.job.report_md import job_markdown
+
+    try:
+        data = json.loads((path / "job.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BundleError(f"{path / 'job.json'}: unreadable job verdict: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("job"), dict):
+        raise BundleError(f"{path / 'job.json'}: not a job verdict (no job)")
+    data = redact_data(data)
+    sanitizer = None
+    if sanitize:
+        sanitizer = Sanitizer()
+        for bundle_path in sorted((path / "nodes").glob("*/bundle")):
+            opened = bundle_mod.Bundle.open(bundle_path)
+            try:
+                learn(opened.root, sanitizer)
+            finally:
+                opened.close()
+        for node in data.get("nodes") or ():
+            if isinstance(node, dict) and node.get("node"):
+                sanitizer.learn("NODE", str(node["node"]))
+        data = sanitizer.data(data)
+    if fmt == "json":
+        text = json.dumps(data, indent=2, default=str) + "\n"
+    else:
+        text = job_markdown(data)
+        if sanitize:
+            text += "\n" + SANITIZED_NOTE + "\n"
+    return Report(redact(text), None, sanitizer)
 
 
 def _analyse(path: Path, runbook_ref: str, variables: dict[str, Any]) -> Verdict:
@@ -192,7 +232,10 @@ def build_report(
     runbook_ref: str = "nccl-init-failure",
     variables: Mapping[str, Any] | None = None,
 ) -> Report:
-    """The incident report of a run directory or a bundle (directory or .tar.gz)."""
+    """The incident report of a run directory, a job run directory or a bundle (directory or
+    .tar.gz)."""
+    if _is_job_dir(path):
+        return _job_report(path, fmt=fmt, sanitize=sanitize)
     if _is_run_dir(path):
         try:
             data = json.loads((path / "verdict.json").read_text(encoding="utf-8"))

@@ -239,6 +239,18 @@ def test_the_first_anomaly_is_found_on_the_host_whose_raw_clock_reads_latest(job
     assert "## Ranks" in report and "## Cross-node timeline" in report
     assert "+240.0" in report
     assert len(list((run_dir / "nodes").glob("*/verdict.json"))) == 4
+    # `runbook report` takes the job's run directory: the job report, and sanitized, no node
+    # name of the job left in it
+    again = runbook(["report", str(run_dir)], job.env)
+    assert again.rc == 0, again.stderr
+    assert again.stdout == report
+    names = [n["node"] for n in verdict["nodes"]]
+    sanitized = runbook(["report", str(run_dir), "--sanitize"], job.env)
+    assert sanitized.rc == 0, sanitized.stderr
+    assert "## Ranks" in sanitized.stdout and "<NODE_1>" in sanitized.stdout
+    assert not [name for name in names if name in sanitized.stdout], names
+    as_json = runbook(["report", str(run_dir), "--format", "json"], job.env)
+    assert as_json.rc == 0 and as_json.json()["root_cause"] == "host-memory-oom"
 
 
 def test_every_host_failing_at_one_true_instant_is_one_shared_cause(job: Job) -> None:
