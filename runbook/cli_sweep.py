@@ -1,10 +1,12 @@
 """`runbook sweep`, `sweep-merge`, `analyze-dir` and `collect-plan`: the fleet commands.
 
-Exit codes of sweep, sweep-merge and analyze-dir: 0 every host healthy, 1 findings (a root
-cause, or an inconclusive verdict) on some host, 3 some hosts not swept (unreachable, refused,
-hung past the deadline) and no finding, 2 usage or a bad inventory, another sweep of the
-same inventory holds the lock, or no space left for the reports. Registered by runbook/cli.py
-through `COMMANDS`.
+Exit codes of sweep, sweep-merge and analyze-dir: 0 every host healthy, 1 a finding (a root
+cause) or an inconclusive verdict on some host, 3 some hosts not swept (unreachable, refused,
+hung past the deadline) and none of those, 2 usage or a bad inventory, another sweep of the
+same inventory holds the lock, or no space left for the reports. Inconclusive hosts are
+counted and listed apart from findings, yet exit 1 as they do: the runbook could not clear
+them, so a scheduled sweep must not report the fleet green while a node nobody has looked at
+may be the one that kills the next job. Registered by runbook/cli.py through `COMMANDS`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
     """Write the four reports, print the result, exit with the sweep's code. `checkpoint`
     (a sweep's progress.jsonl) is marked finished once the reports are written."""
     from runbook.sweep.reports import write_reports
-    from runbook.sweep.results import NOT_SWEPT, ordered_findings
+    from runbook.sweep.results import NOT_SWEPT, Status, ordered_findings
 
     written = write_reports(sweep, report_dir)
     if checkpoint is not None:
@@ -49,7 +51,7 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
     if fmt == "json":
         click.echo(written["sweep.json"].read_text(encoding="utf-8"), nl=False)
     else:
-        counts = ", ".join(f"{n} {s}" for s, n in sweep.counts().items() if n) or "no hosts"
+        counts = ", ".join(_counted(s, n) for s, n in sweep.counts().items() if n) or "no hosts"
         swept = len(sweep.hosts) - len(sweep.reused())
         rate = swept / sweep.duration_s if sweep.duration_s > 0 else 0.0
         click.echo(
@@ -64,24 +66,35 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
             )
         if sweep.missing_shards:
             click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
-        findings = ordered_findings(sweep.hosts)
-        if findings:
-            click.echo("findings, worst first:")
-        for host in findings:
-            if host.verdict is None:
-                continue
-            first = host.verdict.first_anomaly
-            where = first.where if first and first.line else ""
-            text = " ".join(((first.text if first else None) or "").split())[:100]
-            click.echo(
-                f"  {host.host:<24} {host.verdict.root_cause} ({host.verdict.confidence})"
-                + (f"  {where} {text}" if where or text else "")
-            )
+        failing = ordered_findings(sweep.hosts)
+        findings = [h for h in failing if h.status is Status.FINDING]
+        inconclusive = [h for h in failing if h.status is Status.INCONCLUSIVE]
+        for heading, hosts in (
+            ("findings, worst first:", findings),
+            ("inconclusive (not cleared: look at these nodes):", inconclusive),
+        ):
+            if hosts:
+                click.echo(heading)
+            for host in hosts:
+                if host.verdict is None:
+                    continue
+                first = host.verdict.first_anomaly
+                where = first.where if first and first.line else ""
+                text = " ".join(((first.text if first else None) or "").split())[:100]
+                click.echo(
+                    f"  {host.host:<24} {host.verdict.root_cause} ({host.verdict.confidence})"
+                    + (f"  {where} {text}" if where or text else "")
+                )
         for host in sweep.hosts:
             if host.status in NOT_SWEPT:
                 click.echo(f"  {host.host:<24} {host.status.value}: {host.error}")
         click.echo("reports: " + " ".join(str(p) for p in written.values()))
     raise click.exceptions.Exit(sweep.exit_code())
+
+
+def _counted(status: str, n: int) -> str:
+    """`2 findings`, `1 healthy`, `3 unreachable`: a status count that agrees in number."""
+    return count(n, "finding") if status == "finding" else f"{n} {status}"
 
 
 def _progress(title: str) -> Any:

@@ -1,6 +1,7 @@
-"""Progress of a sweep: a live bar on a terminal (hosts done / failing / unreachable, rate,
-ETA), one plain line per host otherwise (cron mail, CI logs, `kubectl logs`). Both on stderr,
-so `--format json` keeps stdout for the result."""
+"""Progress of a sweep: a live bar on a terminal (hosts done / with findings / inconclusive /
+not swept, rate, ETA), one plain line per host otherwise (cron mail, CI logs, `kubectl logs`).
+Both on stderr, so `--format json` keeps stdout for the result. Interrupted, the bar is erased
+before the one-line message, not left half-drawn above it."""
 
 from __future__ import annotations
 
@@ -22,20 +23,33 @@ from rich.progress import (
 from rich.text import Text
 
 from runbook.output import count
-from runbook.sweep.results import FAILING, NOT_SWEPT, HostResult, Status, SweepResult
+from runbook.sweep.results import NOT_SWEPT, HostResult, Status, SweepResult
 
 
 class _Tally:
     def __init__(self) -> None:
-        self.done = self.failing = self.unreachable = 0
+        self.done = self.findings = self.inconclusive = self.unreachable = 0
         self.started = time.monotonic()
 
     def add(self, result: HostResult) -> None:
         self.done += 1
-        if result.status in FAILING:
-            self.failing += 1
+        if result.status is Status.FINDING:
+            self.findings += 1
+        elif result.status is Status.INCONCLUSIVE:
+            self.inconclusive += 1
         elif result.status in NOT_SWEPT:
             self.unreachable += 1
+
+    @property
+    def ok(self) -> int:
+        return self.done - self.findings - self.inconclusive - self.unreachable
+
+    def summary(self) -> str:
+        """`5 ok, 2 findings, 1 inconclusive, 0 not swept`: counts in number."""
+        return (
+            f"{self.ok} ok, {count(self.findings, 'finding')}, {self.inconclusive} inconclusive, "
+            f"{self.unreachable} not swept"
+        )
 
     def rate(self) -> float:
         elapsed = time.monotonic() - self.started
@@ -57,11 +71,13 @@ class _TallyColumn(ProgressColumn):
     def render(self, task: Task) -> Text:
         t = self.tally
         text = Text()
-        text.append(f"{t.done - t.failing - t.unreachable} ok", style="green")
+        text.append(f"{t.ok} ok", style="green")
         text.append("  ")
-        text.append(f"{t.failing} failing", style="bold red" if t.failing else "dim")
+        text.append(count(t.findings, "finding"), style="bold red" if t.findings else "dim")
         text.append("  ")
-        text.append(f"{t.unreachable} unreachable", style="yellow" if t.unreachable else "dim")
+        text.append(f"{t.inconclusive} inconclusive", style="magenta" if t.inconclusive else "dim")
+        text.append("  ")
+        text.append(f"{t.unreachable} not swept", style="yellow" if t.unreachable else "dim")
         return text
 
 
@@ -104,6 +120,11 @@ class BarProgress:
     def finished(self, result: SweepResult) -> None:
         self.progress.stop()
 
+    def aborted(self) -> None:
+        # erased, not stopped in place: the interrupt's one line follows on a clean line
+        self.progress.live.transient = True
+        self.progress.stop()
+
 
 class LineProgress:
     """One line per host and a summary line (not a terminal)."""
@@ -135,9 +156,11 @@ class LineProgress:
         t = self.tally
         self._write(
             f"done: {count(t.done, 'host')} in {result.duration_s:.1f}s ({t.rate():.1f} hosts/s): "
-            f"{t.done - t.failing - t.unreachable} ok, {t.failing} failing, "
-            f"{t.unreachable} unreachable"
+            + t.summary()
         )
+
+    def aborted(self) -> None:
+        pass  # every line written is whole
 
 
 def progress_for(title: str, stream: IO[str] | None = None) -> BarProgress | LineProgress:

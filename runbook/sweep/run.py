@@ -28,6 +28,8 @@ class SweepObserver(Protocol):
     def started(self, total: int) -> None: ...
     def host_done(self, result: HostResult) -> None: ...
     def finished(self, result: SweepResult) -> None: ...
+    def aborted(self) -> None:
+        """The sweep was interrupted: leave the terminal clean for the one-line message."""
 
 
 class NullSweepObserver:
@@ -38,6 +40,9 @@ class NullSweepObserver:
         pass
 
     def finished(self, result: SweepResult) -> None:
+        pass
+
+    def aborted(self) -> None:
         pass
 
 
@@ -177,6 +182,9 @@ def run_sweep(
         options = replace(options, known_hosts_cache=KnownHosts(Path(private.name)))
     try:
         _pool(todo, options, forks=forks, on_result=on_result, grace_s=grace_s)
+    except BaseException:
+        observer.aborted()
+        raise
     finally:
         private.cleanup()
     sweep = SweepResult(

@@ -179,3 +179,24 @@ def test_a_sweep_of_one_host_says_one_host(tmp_path: Path) -> None:
                    cli_env(tmp_path))  # fmt: skip
     assert done.rc == 0, done.stderr
     assert " of 1 host in " in done.stdout.splitlines()[0], done.stdout
+
+
+def test_inconclusive_hosts_are_counted_and_listed_apart_from_findings(tmp_path: Path) -> None:
+    from tests.integration.conftest import cli_env
+    from tests.sweep.helpers import runbook
+
+    fetched = tmp_path / "fetched"
+    fetched.mkdir()
+    for name in ("healthy", "gpu-hardware-xid79", "pcie-fatal-aer", "inconclusive"):
+        (fetched / name).symlink_to(CORPUS / name, target_is_directory=True)
+    done = runbook(["analyze-dir", str(fetched), "--report", str(tmp_path / "report")],
+                   cli_env(tmp_path))  # fmt: skip
+    assert done.rc == 1, done.stderr  # an inconclusive host is not cleared: not green
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(": 1 healthy, 2 findings, 1 inconclusive"), lines[0]
+    findings = lines[lines.index("findings, worst first:") + 1 :]
+    heading = next(i for i, line in enumerate(findings) if line.startswith("inconclusive ("))
+    assert sorted(line.split()[0] for line in findings[:heading]) == [
+        "gpu-hardware-xid79", "pcie-fatal-aer"
+    ]  # fmt: skip
+    assert findings[heading + 1].split()[:2] == ["inconclusive", "inconclusive"]
