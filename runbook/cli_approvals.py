@@ -156,7 +156,9 @@ def _value(value: Any) -> str:
 
 
 def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
-    console.print(f"[bold]{p.id}[/]  {p.kind} on {escape(p.node or '?')}  [{p.state}]")
+    # the state in brackets is text, not markup: unescaped, rich took `[pending]` for a style
+    # and printed nothing in its place (leaving two trailing spaces)
+    console.print(f"[bold]{p.id}[/]  {p.kind} on {escape(p.node or '?')}  {escape(f'[{p.state}]')}")
     console.print(f"  {escape(p.summary)}")
     evidence = p.evidence or {}
     console.print(
@@ -169,7 +171,7 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
         if first.get("line"):
             where = f"{where}:{first['line']}"
         when = str(first.get("time") or "")
-        console.print(f"  first anomaly: {escape(str(where))} {escape(when)}")
+        console.print(f"  first anomaly: {escape(' '.join(filter(None, (str(where), when))))}")
         if first.get("text"):
             console.print(f"    {escape(str(first['text'])[:200])}")
     for link in [] if brief else evidence.get("chain") or []:

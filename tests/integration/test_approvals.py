@@ -105,6 +105,12 @@ def test_no_input_queues_the_proposal_and_changes_nothing(cli, checkout: Path) -
     assert "posix_fallocate" in shown.stdout
     assert "playbooks/shm-size-limit.yml" in shown.stdout
     assert "workload_patch_manifest" in shown.stdout
+    # its state is shown, and no field left empty pads a line's end
+    head = shown.stdout.splitlines()
+    assert head[0].endswith(" [pending]"), shown.stdout
+    assert [r for r in head if r.startswith("  first anomaly: ")] == [
+        "  first anomaly: nccl/nccl.worker-0.88.log:3"
+    ], shown.stdout
     assert audit_events(cli, pid) == ["proposed"]
     listed = cli("approvals", "list")  # a pipe: whole lines, no padding at their ends
     rows = listed.stdout.splitlines()
