@@ -25,8 +25,9 @@ import click
 from rich.console import Console
 
 from runbook import __version__
+from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
 from runbook.errors import RunbookError, UsageError
-from runbook.output import output_console
+from runbook.output import output_console, verbosity
 
 if TYPE_CHECKING:  # imported when a command runs: `runbook --help` stays fast
     from runbook.executor import RunResult
@@ -72,7 +73,6 @@ def target_options(func: F) -> F:
     decorators = [
         click.option(
             "--identity",
-            "-i",
             "identities",
             multiple=True,
             type=click.Path(dir_okay=False),
@@ -297,6 +297,10 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not debug and verbosity():  # `runbook -v …` / `runbook -q …`, parsed before this body
+        from runbook.cli_options import apply_log_level
+
+        apply_log_level()
     # paramiko logs a traceback for each failed banner; our errors say it in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL)
     from runbook.report.secrets import RedactingFilter
@@ -306,7 +310,7 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
 
 
 @cli.command()
-@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
 @click.option(
     "--target",
     "-t",
@@ -325,12 +329,7 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
 @click.option(
     "--run-dir", type=click.Path(file_okay=False), help="Where to keep this run's artifacts."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-@click.option(
-    "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
-)
+@format_option("text", "json", default="text")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
 @job_options
@@ -345,7 +344,6 @@ def run(
     no_input: bool,
     run_dir: str | None,
     fmt: str,
-    verbose: bool,
     db: str | None,
     as_user: str | None,
     **kw: Any,
@@ -423,7 +421,7 @@ def run(
                 variables,
                 directory,
                 output_console(stderr=fmt == "json"),
-                verbose=verbose,
+                verbose=verbosity() > 0,
             )
         finally:
             transport.close()
@@ -454,15 +452,9 @@ def run(
 
 @cli.command()
 @click.argument("bundle", type=click.Path())
-@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["text", "json", "markdown"]),
-    default="text",
-    show_default=True,
-)
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@runbook_option()
+@format_option("text", "json", "markdown", default="text")
+@var_option()
 def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...]) -> None:
     """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline."""
     from runbook.console import render_verdict
@@ -508,7 +500,8 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
 @click.option(
     "--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir)."
 )
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@var_option()
+@format_option("text", "json", default="text")
 @sanitize_options
 @target_options
 def collect(
@@ -519,6 +512,7 @@ def collect(
     namespace: str | None,
     cgroup_dir: str | None,
     var_items: tuple[str, ...],
+    fmt: str,
     sanitize: bool,
     sanitize_map: str | None,
     **kw: Any,
@@ -526,7 +520,8 @@ def collect(
     """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing.
 
     With --sanitize the bundle holds placeholders (<NODE_1>, <POD_UID_1>, …) instead of
-    identifiers, and still analyses to the same verdict."""
+    identifiers, and still analyses to the same verdict. --format json: {"bundle", "node",
+    "sanitized", "files", "failed": [names]}."""
     from runbook.bundle import BundleMeta, now_iso
     from runbook.executor import execute
     from runbook.report.incident import check_map_path, write_collected
@@ -556,7 +551,17 @@ def collect(
         node=result.node, collected_at=now_iso(), pod=pod, namespace=namespace, extra=extra
     )
     node = write_collected(out, meta, result.results.values(), sanitize=sanitize, map_path=map_path)
-    failed = sum(1 for r in result.results.values() if r.failure)
+    failed_names = sorted(name for name, r in result.results.items() if r.failure)
+    failed = len(failed_names)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "bundle": str(out.resolve()),
+            "node": node,
+            "sanitized": sanitize,
+            "files": len(result.results),
+            "failed": failed_names,
+        }, indent=2))
+        return
     click.echo(
         f"wrote {out}{' (sanitized)' if sanitize else ''}: {len(result.results)} files from {node}"
         + (f" ({failed} not collected or failed)" if failed else "")
@@ -565,13 +570,7 @@ def collect(
 
 @cli.command()
 @click.argument("path", metavar="BUNDLE_OR_RUN_DIR", type=click.Path(exists=True))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["markdown", "json"]),
-    default="markdown",
-    show_default=True,
-)
+@format_option("markdown", "json", default="markdown")
 @click.option(
     "--output", "-o", type=click.Path(dir_okay=False), help="Write the report here (not stdout)."
 )
@@ -582,7 +581,7 @@ def collect(
     show_default=True,
     help="For a bundle: the runbook to analyse it with.",
 )
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@var_option()
 @sanitize_options
 def report(
     path: str,
@@ -621,10 +620,8 @@ def report(
 
 
 @cli.command()
-@click.argument("runbook_ref", metavar="RUNBOOK")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
+@format_option("text", "json", default="text")
 def validate(runbook_ref: str, fmt: str) -> None:
     """Check RUNBOOK (a shipped id or a YAML file); print every problem with its line (exit 2
     if any error). --format json: one object, {"runbook", "file", "ok", "issues": [...]}."""
@@ -660,10 +657,8 @@ def validate(runbook_ref: str, fmt: str) -> None:
 
 
 @cli.command()
-@click.argument("runbook_ref", metavar="RUNBOOK")
-@click.option(
-    "--format", "fmt", type=click.Choice(["dot", "mermaid"]), default="mermaid", show_default=True
-)
+@click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
+@format_option("dot", "mermaid", default="mermaid")
 def graph(runbook_ref: str, fmt: str) -> None:
     """Print RUNBOOK's decision graph (Graphviz dot or Mermaid)."""
     from runbook.graph import render_dot, render_mermaid
@@ -678,12 +673,9 @@ def graph(runbook_ref: str, fmt: str) -> None:
     "--run-dir", type=click.Path(file_okay=False), help="Keep the demo run's artifacts here."
 )
 @click.option(
-    "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
-)
-@click.option(
     "--no-input", is_flag=True, help="Stop after the verdict: list the proposals, never prompt."
 )
-def demo(run_dir: str | None, verbose: bool, no_input: bool) -> None:
+def demo(run_dir: str | None, no_input: bool) -> None:
     """A guided run of the shipped nccl-init-failure runbook over a built-in replayed incident
     (the host-memory OOM that surfaced as ncclCommInitRank failure), then, on a terminal, the
     approval prompt for each proposed fix of the incident's workload manifest (check-mode
@@ -725,7 +717,9 @@ def demo(run_dir: str | None, verbose: bool, no_input: bool) -> None:
                 no_input=no_input,
             )
             directory.write_json(RECORD, record.as_dict())
-            result = guided_walk(runbook, transport, variables, directory, console, verbose=verbose)
+            result = guided_walk(
+                runbook, transport, variables, directory, console, verbose=verbosity() > 0
+            )
             transport.close()
             interactive = not no_input and sys.stdin.isatty() and sys.stdout.isatty()
             approvals_phase(
@@ -783,6 +777,37 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _everywhere() -> None:
+    """What every command has, set once after registration (so a command added later gets it
+    too): -v/-q, and an environment variable for every option, shown in --help — the shared
+    ones (runbook.cli_options.SHARED_ENV, e.g. RUNBOOK_DB) by one name for every command, the
+    rest RUNBOOK_<COMMAND>_<OPTION> (click's auto_envvar_prefix, given in _main)."""
+    from runbook.cli_options import SHARED_ENV, verbosity_options
+
+    def walk(command: click.Command, path: tuple[str, ...]) -> None:
+        verbosity_options(command)
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.name in ("help", "version"):
+                continue
+            if param.name in ("verbose", "quiet"):
+                # read once, by the root group: a subcommand reading it too would count -v twice
+                param.envvar = f"RUNBOOK_{param.name.upper()}" if not path else None
+            elif param.envvar is None:
+                # named after the flag users type (--format), not its Python name (fmt)
+                flag = max(param.opts, key=len).lstrip("-")
+                param.envvar = SHARED_ENV.get(param.name or "") or "_".join(
+                    ("RUNBOOK", *path, flag)
+                ).upper().replace("-", "_")
+            param.show_envvar = param.envvar is not None
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, (*path, name))
+
+    walk(cli, ())
+
+
+_everywhere()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from runbook.interrupt import stop_signals
     from runbook.redacted_output import redacted_output
@@ -805,14 +830,17 @@ def _stopped(exc: BaseException) -> int:
 
 def _main(argv: Sequence[str] | None) -> int:
     from runbook.interrupt import settle
+    from runbook.output import set_verbosity
     from runbook.report.secrets import redact
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    set_verbosity(0)  # -v/-q of this invocation only (tests call main more than once)
     try:
         rc = cli.main(
             args=list(argv) if argv is not None else None,
             prog_name="runbook",
             standalone_mode=False,
+            auto_envvar_prefix="RUNBOOK",
         )
         if isinstance(rc, int):  # click returns an Exit's code instead of raising it here
             return rc

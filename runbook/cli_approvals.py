@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runbook import config as config_mod
+from runbook.cli_options import complete_proposal, format_option
 from runbook.output import output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
@@ -33,7 +34,11 @@ _STATUS_STYLE = {
 
 
 def task_printer(console: Console) -> Any:
+    from runbook.output import quiet
+
     def show(task: TaskOutcome) -> None:
+        if quiet():  # -q: the outcome, not each task
+            return
         style = _STATUS_STYLE.get(task.status, "")
         line = f"  [{style}]{task.status:>11}[/] {escape(task.host)}: {escape(task.task)}"
         if task.message and task.status in ("failed", "unreachable"):
@@ -111,8 +116,7 @@ def approvals(ctx: click.Context, db: str | None) -> None:
     type=click.Choice(["pending", "running", "succeeded", "failed", "denied", "refused", "all"]),
     help="Only these states (repeatable; default pending and running).",
 )
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json", default="text")
 @click.pass_context
 def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
     """List queued proposals."""
@@ -202,9 +206,8 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
 
 @approvals.command("show")
 @_db_option
-@click.argument("pid", metavar="ID")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@format_option("text", "json", default="text")
 @click.pass_context
 def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     """Show one proposal: summary, the evidence it rests on, the exact playbook and variables."""
@@ -218,14 +221,21 @@ def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
 
 @approvals.command("preview")
 @_db_option
-@click.argument("pid", metavar="ID")
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@format_option("text", "json", default="text")
 @click.pass_context
-def preview_cmd(ctx: click.Context, pid: str) -> None:
-    """Run the proposal's playbook in check mode and show the diff of what it would change."""
-    console = Console(highlight=False)
+def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
+    """Run the proposal's playbook in check mode and show the diff of what it would change
+    (exit 1 if the check run failed). --format json: {"id", "ok", "check": {..., "diff"}};
+    the tasks as they run go to stderr."""
+    console = Console(highlight=False, stderr=fmt == "json")
     with _desk(ctx) as desk:
         result = desk.preview(pid, on_task=task_printer(console))
-    print_diff(console, result.diff_text())
+    if fmt == "json":
+        click.echo(json.dumps({"id": pid, "ok": result.ok, "check": result.as_dict()},
+                              indent=2, default=str))
+    else:
+        print_diff(console, result.diff_text())
     if not result.ok:
         raise click.exceptions.Exit(1)
 
@@ -248,17 +258,22 @@ def report_execution(console: Console, execution: Any) -> None:
 
 @approvals.command("approve")
 @_db_option
-@click.argument("pid", metavar="ID")
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
               "the OS user), e.g. behind a shared account.")
 @click.option("--no-recheck", is_flag=True, help="Do not re-walk the runbook on the node first "
               "(the skip is recorded in the audit trail).")
+@format_option("text", "json", default="text")
 @click.pass_context
-def approve_cmd(ctx: click.Context, pid: str, as_user: str | None, no_recheck: bool) -> None:
-    """Approve ID: re-check, check mode, then the real run; exactly once."""
+def approve_cmd(
+    ctx: click.Context, pid: str, as_user: str | None, no_recheck: bool, fmt: str
+) -> None:
+    """Approve ID: re-check, check mode, then the real run; exactly once (exit 1 when refused
+    or the playbook fails). --format json: {"ok", "proposal": {...}, "check", "apply"} on
+    stdout; the progress goes to stderr."""
     from runbook.remedies import live
 
-    console = Console(highlight=False)
+    console = Console(highlight=False, stderr=fmt == "json")
     with _desk(ctx) as desk:
         p = desk.store.get(pid)
         if no_recheck:
@@ -280,36 +295,60 @@ def approve_cmd(ctx: click.Context, pid: str, as_user: str | None, no_recheck: b
             from runbook.recovery.offer import offer_verification
 
             offer_verification(console, desk, execution.proposal,
-                               interactive=sys.stdin.isatty(), as_user=as_user)
+                               interactive=sys.stdin.isatty() and fmt == "text",
+                               as_user=as_user)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "ok": execution.ok,
+            "proposal": execution.proposal.as_dict(),
+            "check": execution.check.as_dict(),
+            "apply": execution.apply.as_dict() if execution.apply is not None else None,
+        }, indent=2, default=str))
     if not execution.ok:
         raise click.exceptions.Exit(1)
 
 
 @approvals.command("deny")
 @_db_option
-@click.argument("pid", metavar="ID")
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--reason", required=True, help="Why (recorded in the audit trail).")
-@click.option("--as", "as_user", metavar="NAME")
+@click.option(
+    "--as",
+    "as_user",
+    metavar="NAME",
+    help="Record NAME as who denied (alongside the OS user), e.g. behind a shared account.",
+)
+@format_option("text", "json", default="text")
 @click.pass_context
-def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None) -> None:
-    """Deny ID with a reason; nothing runs."""
+def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None, fmt: str) -> None:
+    """Deny ID with a reason; nothing runs. --format json: the proposal as it now stands."""
     with _desk(ctx) as desk:
         p = desk.deny(pid, reason=reason, as_user=as_user)
+    if fmt == "json":
+        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        return
     click.echo(f"{p.id} denied by {p.decided_by}: {reason}")
 
 
 @approvals.command("recover")
 @_db_option
-@click.argument("pid", metavar="ID")
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
 @click.option("--force", is_flag=True,
               help="Recover although the claiming process ran on another host (check it is gone).")
+@format_option("text", "json", default="text")
 @click.pass_context
-def recover_cmd(ctx: click.Context, pid: str, as_user: str | None, force: bool) -> None:
+def recover_cmd(
+    ctx: click.Context, pid: str, as_user: str | None, force: bool, fmt: str
+) -> None:
     """Mark a proposal left `running` by a process that is gone (killed mid-playbook) as
-    failed; it is never run again (re-run the runbook for a fresh proposal). Audited."""
+    failed; it is never run again (re-run the runbook for a fresh proposal). Audited.
+    --format json: the proposal as it now stands."""
     with _desk(ctx) as desk:
         p = desk.recover(pid, as_user=as_user, force=force)
+    if fmt == "json":
+        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        return
     click.echo(f"{p.id} recovered: failed ({(p.result or {}).get('error')})")
 
 
@@ -327,9 +366,11 @@ def _audit_paths(ctx: click.Context, log: str | None, db: str | None) -> tuple[P
 @audit.command("verify")
 @click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store holding the anchor.")
+@format_option("text", "json", default="text")
 @click.pass_context
-def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
-    """Recompute the hash chain; exit 1 naming the first broken entry."""
+def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) -> None:
+    """Recompute the hash chain; exit 1 naming the first broken entry. --format json:
+    {"log", "ok", "entries", "head", "anchored", "problems"}."""
     from runbook.remedies.audit import verify
     from runbook.remedies.store import Store
 
@@ -339,6 +380,18 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
         with Store(cfg.db, readonly=True) as store:  # reads only: works on a full disk
             anchor = store.audit_head()
     result = verify(path, anchor=anchor)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "log": str(path),
+            "ok": result.ok,
+            "entries": result.entries,
+            "head": result.head.hash if result.head else None,
+            "anchored": anchor is not None,
+            "problems": list(result.problems),
+        }, indent=2))
+        if not result.ok:
+            raise click.exceptions.Exit(1)
+        return
     if result.ok:
         click.echo(f"{path}: {result.entries} entries, chain intact"
                    + (f" (head {result.head.hash[:12]})" if result.head else ""))
@@ -353,10 +406,9 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None) -> None:
 
 
 @audit.command("show")
-@click.option("--log", type=click.Path(dir_okay=False))
+@click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
 @click.option("--proposal", "pid", help="Only this proposal's entries.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json", default="text")
 @click.pass_context
 def show_audit(ctx: click.Context, log: str | None, pid: str | None, fmt: str) -> None:
     """Print the audit trail (optionally one proposal's)."""

@@ -17,6 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from runbook.cli_options import format_option
 from runbook.output import output_console
 
 #: the parsers whose facts the estimate reads
@@ -155,9 +156,7 @@ SIZE = "SIZE"
     help="What the node keeps for kubelet, runtime and kernel (default max(1Gi, 5%)).",
 )
 @click.option("--rank-comm", metavar="REGEX", help="Process name of the ranks, if renamed.")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 def estimate_memory(bundle: str | None, fmt: str, rank_comm: str | None, **options: Any) -> None:
     """The pod's host-memory peak, term by term, and the request/limit it calls for.
 

@@ -48,6 +48,7 @@ def job_option_decorators() -> list[Any]:
         ),
         click.option(
             "--inventory",
+            "-i",
             type=click.Path(),
             help="Ansible inventory naming how to reach a job's hosts (Slurm host names, "
             "names in --hosts-from-file).",

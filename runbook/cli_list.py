@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from runbook.cli_options import format_option
 from runbook.errors import RunbookError, UsageError
 
 
@@ -31,9 +32,7 @@ def _runbook_rows() -> list[dict[str, Any]]:
 
 
 @click.command("runbooks")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 def runbooks(fmt: str) -> None:
     """List the shipped runbooks (the ids `run`, `graph` and `validate` take)."""
     rows = _runbook_rows()
@@ -77,9 +76,7 @@ def _run_row(path: Path) -> dict[str, Any]:
 )  # fmt: skip
 @click.option("--limit", type=click.IntRange(1, None), default=20, show_default=True,
               help="The newest this many.")  # fmt: skip
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 def runs(root: str | None, limit: int, fmt: str) -> None:
     """List past run directories, newest first: runbook, node, root cause, whether finished."""
     from runbook.config import state_dir

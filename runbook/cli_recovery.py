@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.cli import _open, parse_vars, target_options
+from runbook.cli_options import complete_proposal, format_option
 from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
@@ -68,7 +69,7 @@ def _stage_printer(console: Console) -> tuple[Any, Any]:
 
 
 @click.command("verify")
-@click.argument("pid", metavar="ID")
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--target", "-t", help="Where to check (default: the proposal's own target).")
 @click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE",
               help="A variable of nccl-recovery-check (gpus, repeats, nodes, hosts, nics, "
@@ -79,8 +80,7 @@ def _stage_printer(console: Console) -> tuple[Any, Any]:
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as who verified.")
 @click.option("--run-dir", type=click.Path(file_okay=False),
               help="Keep this check's artifacts here.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json", default="text")
 @target_options
 @click.pass_context
 def verify_cmd(
@@ -155,8 +155,7 @@ def verify_cmd(
                    "(workers, then prefetch, then batch) from a reduced start.")
 @click.option("--expect-limit", metavar="SIZE",
               help="The limit the fix set: refuse to replay under a smaller one.")
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+@format_option("text", "json", default="text")
 @target_options
 def replay_stages_cmd(
     target: str, pod_cgroup: str | None, job_command: str | None, stages: tuple[str, ...],

@@ -18,8 +18,9 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from runbook.cli_options import format_option
 from runbook.errors import StateError
-from runbook.output import output_console
+from runbook.output import output_console, verbosity
 from runbook.verdict import Verdict
 
 
@@ -100,12 +101,7 @@ def _target_kw(record: Any) -> dict[str, Any]:
 @click.option(
     "--no-input", is_flag=True, help="Never prompt; proposals not decided yet are only listed."
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-@click.option(
-    "--verbose", "-v", is_flag=True, help="Show the first lines of each command's output."
-)
+@format_option("text", "json", default="text")
 @click.option(
     "--as", "as_user", metavar="NAME", help="Record NAME as the approver (default: as the run)."
 )
@@ -116,7 +112,6 @@ def resume(
     run_dir: str,
     no_input: bool,
     fmt: str,
-    verbose: bool,
     as_user: str | None,
 ) -> None:
     """Continue a guided run that was interrupted (^C, SIGTERM, SIGKILL, a lost terminal) from
@@ -176,7 +171,9 @@ def resume(
         for note in repair(path):
             console.print(f"[dim]{escape(note)}[/]")
         if verdict is None:
-            verdict = _walk_rest(console, directory, record, runbook, verbose=verbose)
+            verdict = _walk_rest(
+                console, directory, record, runbook, verbose=verbosity() > 0
+            )
         else:
             logged = events(path)
             if logged and logged[-1].get("event") != "run-done":  # killed just before it

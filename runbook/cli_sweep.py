@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from runbook import atomic
+from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
 from runbook.errors import UsageError
 from runbook.output import count
 
@@ -105,7 +106,7 @@ def _progress(title: str) -> Any:
 
 
 @click.command("sweep")
-@click.argument("runbook_ref", metavar="RUNBOOK")
+@click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
 @click.option("--inventory", "-i", help="Ansible inventory: file, directory or script.")
 @click.option("--limit", metavar="PATTERN", help="Ansible host pattern (as ansible --limit).")
 @click.option(
@@ -148,9 +149,7 @@ def _progress(title: str) -> Any:
     help="Directory for sweep.json, sweep.md, junit.xml, runbook.prom "
     "(default: a new one in the state dir).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 @click.option(
     "--keep-bundles",
     is_flag=True,
@@ -197,7 +196,9 @@ def _progress(title: str) -> Any:
     metavar="[PID]",
     help="Run every command inside PID's namespaces (--nsenter alone: PID 1).",
 )
-@click.option("--kubectl", default="kubectl", show_default=True)
+@click.option(
+    "--kubectl", default="kubectl", show_default=True, help="kubectl binary for kubectl:// hosts."
+)
 @click.option("--context", "kube_context", help="kubectl context.")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
 @click.option(
@@ -428,9 +429,7 @@ def _earlier_sweep(
     type=click.Path(file_okay=False),
     help="Directory for the merged reports.",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
+@format_option("text", "json", default="text")
 def sweep_merge(dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
     """Join shard reports (directories holding sweep.json) into one set of reports."""
     from runbook.sweep.merge import merge, read_report
@@ -441,18 +440,22 @@ def sweep_merge(dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
 
 @click.command("analyze-dir")
 @click.argument("directory", type=click.Path(exists=True, file_okay=False))
-@click.option("--runbook", "runbook_ref", default="nccl-init-failure", show_default=True)
+@runbook_option()
 @click.option(
     "--report",
     "report_dir",
     type=click.Path(file_okay=False),
     help="Directory for the reports (default: a new one in the state dir).",
 )
+@format_option("text", "json", default="text")
 @click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--forks",
+    type=click.IntRange(1, 256),
+    default=4,
+    show_default=True,
+    help="Bundles analysed at once.",
 )
-@click.option("--forks", type=click.IntRange(1, 256), default=4, show_default=True)
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@var_option()
 def analyze_dir(
     directory: str,
     runbook_ref: str,
@@ -481,17 +484,15 @@ def analyze_dir(
 
 
 @click.command("collect-plan")
-@click.argument("runbook_ref", metavar="RUNBOOK")
-@click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE")
+@click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
+@var_option()
 @click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False),
     help="Write the plan here (default: standard output).",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True
-)
+@format_option("yaml", "json", default="yaml")
 def collect_plan(
     var_items: tuple[str, ...], runbook_ref: str, output: str | None, fmt: str
 ) -> None:

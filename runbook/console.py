@@ -31,15 +31,23 @@ def _short(text: str, width: int = 110) -> str:
 
 class GuidedConsole:
     def __init__(self, console: Console | None = None, *, verbose: bool = False) -> None:
+        from runbook.output import quiet
+
         self.console = console or Console(highlight=False)
         self.verbose = verbose
+        #: -q: the findings and the verdict only, not the walk that led to them
+        self.quiet = quiet()
 
     def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
+        if self.quiet:
+            return
         self.console.print(
             f"\n[bold]━━ {index}/{total} {escape(stage.title)}[/] [dim]({stage.id})[/]"
         )
 
     def probe_done(self, stage: Stage, result: CommandResult) -> None:
+        if self.quiet:
+            return
         state = result.failure or f"exit {result.exited}"
         style = "dim" if result.failure is None else "yellow"
         self.console.print(
@@ -53,6 +61,8 @@ class GuidedConsole:
 
     def stage_done(self, stage: Stage, record: StageRecord) -> None:
         if record.status is Status.SKIPPED:
+            if self.quiet:
+                return
             self.console.print(
                 f"\n[dim]━━ {escape(stage.title)} ({stage.id}): {escape(record.reason)}[/]"
             )

@@ -21,3 +21,24 @@ def output_console(*, stderr: bool = False) -> Console:
 def count(n: int, noun: str, plural: str | None = None) -> str:
     """`1 host`, `2 hosts`, `0 hosts`: a count that agrees in number with its noun."""
     return f"{n} {noun if n == 1 else plural or noun + 's'}"
+
+
+#: how much a command says besides its result: -1 quiet (-q), 0 default, 1 and up (-v, -vv).
+#: Set once per invocation by the CLI's -v/-q (runbook.cli_options); the progress printers
+#: (guided stages, sweep progress, playbook tasks) read it instead of every call site
+#: threading a flag through.
+_verbosity = 0
+
+
+def set_verbosity(level: int) -> None:
+    global _verbosity
+    _verbosity = level
+
+
+def verbosity() -> int:
+    return _verbosity
+
+
+def quiet() -> bool:
+    """-q: results and errors only: no progress, no stage-by-stage walk, no task lines."""
+    return _verbosity < 0

@@ -26,12 +26,21 @@ class RedactingStream(io.TextIOBase):
         self._inner = inner
         self._pending = ""
 
-    def write(self, text: str) -> int:
+    def write(self, text: str | bytes) -> int:
+        # click.echo writes bytes to a stream without a binary buffer (shell completion's
+        # answer is bytes): decoded and redacted like text, never refused
+        if isinstance(text, (bytes, bytearray)):
+            self._pending += bytes(text).decode(self.encoding, "replace")
+            self._flush_lines()
+            return len(text)
         self._pending += text
+        self._flush_lines()
+        return len(text)
+
+    def _flush_lines(self) -> None:
         if "\n" in self._pending:
             lines, _, self._pending = self._pending.rpartition("\n")
             self._inner.write(redact(lines + "\n"))
-        return len(text)
 
     def flush(self) -> None:
         if self._pending:

@@ -163,8 +163,30 @@ class LineProgress:
         pass  # every line written is whole
 
 
-def progress_for(title: str, stream: IO[str] | None = None) -> BarProgress | LineProgress:
-    """The bar on a terminal, lines otherwise."""
+class SilentProgress:
+    """-q: nothing while the sweep runs; its result is printed when it ends."""
+
+    def started(self, total: int) -> None:
+        pass
+
+    def host_done(self, result: HostResult) -> None:
+        pass
+
+    def finished(self, result: SweepResult) -> None:
+        pass
+
+    def aborted(self) -> None:
+        pass
+
+
+def progress_for(
+    title: str, stream: IO[str] | None = None
+) -> BarProgress | LineProgress | SilentProgress:
+    """The bar on a terminal, lines otherwise, nothing with -q."""
+    from runbook.output import quiet
+
+    if quiet():
+        return SilentProgress()
     stream = stream or sys.stderr
     if stream.isatty():
         return BarProgress(Console(file=stream, highlight=False), title)

@@ -1,0 +1,175 @@
+"""Options several commands share, defined once: the same flag, default, help and
+environment variable wherever they appear (so `--format json` or `--var` reads the same in
+every command's --help)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from runbook import output
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: what each output format is for, in every command's --help
+FORMAT_HELP = {
+    "text": "text: for people",
+    "json": "json: one JSON document on stdout, for scripts",
+    "markdown": "markdown: a report to paste into a ticket",
+    "yaml": "yaml: for a file to edit",
+    "dot": "dot: Graphviz",
+    "mermaid": "mermaid: for Markdown renderers",
+}
+
+
+#: options that mean the same in every command, and so are read from one environment variable
+#: whichever command takes them (`export RUNBOOK_DB=/srv/runbook/approvals.db` once); every
+#: other option is read from RUNBOOK_<COMMAND>_<OPTION> (e.g. RUNBOOK_SWEEP_FORKS)
+SHARED_ENV = {
+    "db": "RUNBOOK_DB",
+    "known_hosts": "RUNBOOK_KNOWN_HOSTS",
+    "identities": "RUNBOOK_IDENTITY",
+    "ssh_config": "RUNBOOK_SSH_CONFIG",
+    "connect_timeout": "RUNBOOK_CONNECT_TIMEOUT",
+    "kubectl": "RUNBOOK_KUBECTL",
+    "kube_context": "RUNBOOK_CONTEXT",
+    "as_user": "RUNBOOK_AS",
+    "inventory": "RUNBOOK_INVENTORY",
+    "textfile_dir": "RUNBOOK_TEXTFILE_DIR",
+}
+
+
+def format_option(*choices: str, default: str = "text") -> Callable[[F], F]:
+    """`--format {choices}`; `default` first in the help."""
+    described = "; ".join(FORMAT_HELP[c] for c in choices)
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(choices)),
+        default=default,
+        show_default=True,
+        help=f"Output format ({described}).",
+    )
+
+
+def var_option(help: str = "Set a runbook variable (repeatable).") -> Callable[[F], F]:
+    """`--var NAME=VALUE`, repeatable."""
+    return click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE", help=help)
+
+
+def runbook_option() -> Callable[[F], F]:
+    """`--runbook ID|FILE` for commands that analyse recorded evidence."""
+    return click.option(
+        "--runbook",
+        "runbook_ref",
+        default="nccl-init-failure",
+        show_default=True,
+        metavar="RUNBOOK",
+        help="Runbook to analyse with (a shipped id or a YAML file; see `runbook runbooks`).",
+    )
+
+
+def _verbose(ctx: click.Context, param: click.Parameter, value: int) -> None:
+    if value and not output.quiet():
+        output.set_verbosity(output.verbosity() + value)
+        apply_log_level()
+
+
+def _quiet(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        output.set_verbosity(-1)
+        apply_log_level()
+
+
+def apply_log_level() -> None:
+    import logging
+
+    level = output.verbosity()
+    logging.getLogger().setLevel(
+        logging.ERROR if level < 0 else logging.DEBUG if level >= 2 else
+        logging.INFO if level == 1 else logging.WARNING
+    )
+
+
+def verbosity_options(func: F) -> F:
+    """`-v/--verbose` (repeatable) and `-q/--quiet`, on the root group and on every command
+    (`runbook -q sweep …` and `runbook sweep … -q` mean the same). -q wins over -v."""
+    func = click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_quiet,
+        help="Only results and errors: no progress, no stage-by-stage walk, no playbook task "
+        "lines, no warnings logged.",
+    )(func)
+    return click.option(
+        "--verbose",
+        "-v",
+        count=True,
+        expose_value=False,
+        callback=_verbose,
+        help="More detail: -v the first lines of each command's output in a guided walk and "
+        "informational logs; -vv debug logs.",
+    )(func)
+
+
+def complete_runbook(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    """Shell completion of RUNBOOK: the shipped ids, or a file when it looks like a path."""
+    from click.shell_completion import CompletionItem
+
+    if "/" in incomplete or incomplete.startswith(".") or incomplete.endswith((".yaml", ".yml")):
+        return [CompletionItem(incomplete, type="file")]
+    try:
+        from runbook.spec import shipped
+
+        ids = [ref for ref in shipped() if ref.startswith(incomplete)]
+    except Exception:  # completion never prints a traceback into the user's shell
+        ids = []
+    return [CompletionItem(ref) for ref in ids] or [CompletionItem(incomplete, type="file")]
+
+
+def _option_in_chain(ctx: click.Context | None, *names: str) -> Any:
+    while ctx is not None:
+        for name in names:
+            value = (ctx.obj or {}).get(name) if isinstance(ctx.obj, dict) else None
+            value = value or ctx.params.get(name)
+            if value:
+                return value
+        ctx = ctx.parent
+    return None
+
+
+def complete_proposal(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[click.shell_completion.CompletionItem]:
+    """Shell completion of a proposal ID from the approval store the command would open
+    (--db, RUNBOOK_DB, the config's), pending ones first; read-only, and nothing on error."""
+    from pathlib import Path
+
+    from click.shell_completion import CompletionItem
+
+    try:
+        from runbook import config as config_mod
+        from runbook.remedies.store import Store
+
+        config = _option_in_chain(ctx, "config", "config_file")
+        cfg = config_mod.load(Path(config) if config else None, db=_option_in_chain(ctx, "db"))
+        if not cfg.db.exists():
+            return []
+        with Store(cfg.db, readonly=True) as store:
+            proposals = store.list(states=None)
+    except Exception:  # completion never prints a traceback into the user's shell
+        return []
+    order = {"pending": 0, "running": 1}
+    proposals.sort(key=lambda p: (order.get(p.state, 2), p.id))
+    return [
+        CompletionItem(p.id, help=f"{p.kind} on {p.node} [{p.state}]")
+        for p in proposals
+        if p.id.startswith(incomplete)
+    ]
