@@ -27,7 +27,7 @@ from rich.console import Console
 from runbook import __version__
 from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
 from runbook.errors import RunbookError, UsageError
-from runbook.output import output_console, verbosity
+from runbook.output import count, output_console, verbosity
 
 if TYPE_CHECKING:  # imported when a command runs: `runbook --help` stays fast
     from runbook.executor import RunResult
@@ -563,7 +563,8 @@ def collect(
         }, indent=2))
         return
     click.echo(
-        f"wrote {out}{' (sanitized)' if sanitize else ''}: {len(result.results)} files from {node}"
+        f"wrote {out}{' (sanitized)' if sanitize else ''}: {count(len(result.results), 'file')} "
+        f"from {node}"
         + (f" ({failed} not collected or failed)" if failed else "")
     )
 
@@ -653,7 +654,7 @@ def validate(runbook_ref: str, fmt: str) -> None:
     if errors:
         raise click.exceptions.Exit(2)
     if fmt == "text":
-        click.echo(f"{runbook_ref}: ok" + (f" ({len(issues)} warnings)" if issues else ""))
+        click.echo(f"{runbook_ref}: ok" + (f" ({count(len(issues), 'warning')})" if issues else ""))
 
 
 @cli.command()

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from runbook import config as config_mod
 from runbook.cli_options import complete_proposal, format_option
-from runbook.output import output_console
+from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
 
@@ -393,7 +393,7 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
             raise click.exceptions.Exit(1)
         return
     if result.ok:
-        click.echo(f"{path}: {result.entries} entries, chain intact"
+        click.echo(f"{path}: {count(result.entries, 'entry', 'entries')}, chain intact"
                    + (f" (head {result.head.hash[:12]})" if result.head else ""))
         if anchor is None and result.entries:
             # without the store's anchor a chain cut short at its end is still a valid chain

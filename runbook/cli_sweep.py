@@ -396,7 +396,7 @@ def _earlier_sweep(
         return {}, None
     click.echo(
         f"an earlier sweep of this inventory was interrupted after {len(done)} of "
-        f"{earlier.total} hosts; finished: {_names(done) or 'none'} (it started "
+        f"{count(earlier.total, 'host')}; finished: {_names(done) or 'none'} (it started "
         f"{earlier.started_at or 'at an unknown time'})",
         err=True,
     )

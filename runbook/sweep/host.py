@@ -32,6 +32,7 @@ from runbook.errors import (
     UnreachableError,
 )
 from runbook.executor import RunDirectory, execute
+from runbook.output import count
 from runbook.spec.models import Runbook, Stage
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
@@ -248,7 +249,7 @@ def timeout_result(
     if guarded is not None and guarded.cut:
         where += f": {', '.join(guarded.cut[:3])} stopped at the deadline"
     if guarded is not None and guarded.not_started:
-        where += f"; {len(guarded.not_started)} probes not started"
+        where += f"; {count(len(guarded.not_started), 'probe')} not started"
     return _result(
         entry,
         job,

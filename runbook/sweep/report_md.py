@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from runbook.output import count
 from runbook.sweep.results import (
     FAILING,
     NOT_SWEPT,
@@ -19,6 +20,11 @@ from runbook.verdict import EvidenceRef
 #: hosts named per table row before "… and N more"
 ROW_NAMES = 12
 
+
+
+def _noun(status: str, n: int) -> str:
+    """`finding` agrees in number (`**2** findings`); the other statuses are adjectives."""
+    return count(n, "finding").split(" ", 1)[1] if status == "finding" else status
 
 def _cell(text: Any) -> str:
     """Markdown table cell: one line, pipes escaped."""
@@ -45,13 +51,13 @@ def render(sweep: SweepResult) -> str:
     lines = [
         f"# Sweep: {sweep.runbook} over {sweep.source}",
         "",
-        f"{total} hosts, {sweep.duration_s:.1f} s"
+        f"{count(total, 'host')}, {sweep.duration_s:.1f} s"
         + (f", forks {sweep.forks}" if sweep.forks else "")
         + (f", shard {sweep.shard}" if sweep.shard else "")
         + (f", shards {', '.join(sweep.shards)}" if sweep.shards else "")
         + f"; started {sweep.started_at or '?'}, finished {sweep.finished_at or '?'}.",
         "",
-        ", ".join(f"**{n}** {status}" for status, n in counts.items() if n) + ".",
+        ", ".join(f"**{n}** {_noun(status, n)}" for status, n in counts.items() if n) + ".",
     ]
     if sweep.missing_shards:
         lines += ["", f"**Missing shards: {', '.join(sweep.missing_shards)}** (not swept)."]
@@ -59,7 +65,8 @@ def render(sweep: SweepResult) -> str:
     if reused:
         lines += [
             "",
-            f"Resumed: {len(reused)} hosts' results (marked *reused*) come from the interrupted "
+            f"Resumed: the results of {count(len(reused), 'host')} (marked *reused*) come from the "
+            "interrupted "
             f"sweep started {sweep.resumed_from or '?'}: {_cell(_names(reused))}.",
         ]
 

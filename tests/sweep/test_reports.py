@@ -179,6 +179,7 @@ def test_a_sweep_of_one_host_says_one_host(tmp_path: Path) -> None:
                    cli_env(tmp_path))  # fmt: skip
     assert done.rc == 0, done.stderr
     assert " of 1 host in " in done.stdout.splitlines()[0], done.stdout
+    assert "\n1 host, " in (tmp_path / "report" / "sweep.md").read_text()
 
 
 def test_inconclusive_hosts_are_counted_and_listed_apart_from_findings(tmp_path: Path) -> None:
@@ -200,3 +201,5 @@ def test_inconclusive_hosts_are_counted_and_listed_apart_from_findings(tmp_path:
         "gpu-hardware-xid79", "pcie-fatal-aer"
     ]  # fmt: skip
     assert findings[heading + 1].split()[:2] == ["inconclusive", "inconclusive"]
+    summary = (tmp_path / "report" / "sweep.md").read_text()
+    assert "**1** healthy, **2** findings, **1** inconclusive." in summary, summary
