@@ -2,7 +2,11 @@
 
 A temporary beside the target, fsynced, then renamed over it: a reader (or a crash, or a full
 disk) sees the old file or the new one, never half of one, and no temporary is left behind
-when the write fails. Renaming replaces a link at the target's name instead of writing through
+when the write fails. A writer of many small files (a guided run's evidence) may skip the
+fsync of each (`durable=False`): the rename alone keeps every file whole whatever kills the
+process, SIGKILL included; only a power cut can then lose the newest of them.
+
+Renaming replaces a link at the target's name instead of writing through
 it; `within` (the run directory, the bundle) makes every directory between it and the target a
 real directory — a pre-placed link to elsewhere is refused, a missing one created owner-only.
 `open_append` is the same for an append-only log (`O_NOFOLLOW`).
@@ -138,9 +142,10 @@ def _replace(
     suffix: str = "",
     mode: int | None,
     within: Path | None,
+    durable: bool = True,
 ) -> None:
-    """Write a temporary beside `path` with `fill`, fsync it, rename it over `path` — all
-    relative to one descriptor on the directory (see the module docstring)."""
+    """Write a temporary beside `path` with `fill`, fsync it (when `durable`), rename it over
+    `path` — all relative to one descriptor on the directory (see the module docstring)."""
     folder = _dir_fd(path.parent, within, None)
     try:
         tmp, fd = _temporary(folder, f".{path.name}.", suffix)
@@ -150,7 +155,8 @@ def _replace(
                 handle.flush()
                 if mode is not None:
                     os.fchmod(handle.fileno(), mode)
-                os.fsync(handle.fileno())
+                if durable:
+                    os.fsync(handle.fileno())
             os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
             with contextlib.suppress(OSError):
@@ -178,15 +184,28 @@ def write_bytes(
     suffix: str = "",
     mode: int | None = None,
     within: Path | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace `path` with `data`. `suffix` names the temporary (a directory watcher may read
-    every `*.prom`); `mode` sets the file's permissions (default: mkstemp's 0600); `within`:
-    see the module docstring."""
-    _replace(path, lambda handle: handle.write(data), suffix=suffix, mode=mode, within=within)
+    every `*.prom`); `mode` sets the file's permissions (default: mkstemp's 0600); `within`
+    and `durable`: see the module docstring."""
+    _replace(
+        path,
+        lambda handle: handle.write(data),
+        suffix=suffix,
+        mode=mode,
+        within=within,
+        durable=durable,
+    )
 
 
 def write_chunks(
-    path: Path, chunks: Iterable[str], *, mode: int | None = None, within: Path | None = None
+    path: Path,
+    chunks: Iterable[str],
+    *,
+    mode: int | None = None,
+    within: Path | None = None,
+    durable: bool = True,
 ) -> None:
     """Replace `path` with the text `chunks` make, written as they come (a large file is
     never held whole)."""
@@ -195,7 +214,7 @@ def write_chunks(
         for chunk in chunks:
             handle.write(chunk.encode("utf-8"))
 
-    _replace(path, fill, mode=mode, within=within)
+    _replace(path, fill, mode=mode, within=within, durable=durable)
 
 
 def write_text(
@@ -221,3 +240,4 @@ def open_append(path: Path, mode: int = 0o600) -> int:
         ) from None
     finally:
         os.close(folder)
+

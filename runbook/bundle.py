@@ -308,8 +308,10 @@ def _noted(stderr: str, note: str | None) -> str:
     return stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + f"runbook: {note}\n"
 
 
-def _atomic_write(path: Path, data: bytes, within: Path | None = None) -> None:
-    atomic.write_bytes(path, data, within=within)
+def _atomic_write(
+    path: Path, data: bytes, within: Path | None = None, *, durable: bool = True
+) -> None:
+    atomic.write_bytes(path, data, within=within, durable=durable)
 
 
 _HEADER = re.compile(r"^==> (.+) <==$")
@@ -386,7 +388,7 @@ def _lines_of(text: str) -> Iterator[str]:
         start = end
 
 
-def _copy_redacted(result: CommandResult, path: Path, root: Path) -> None:
+def _copy_redacted(result: CommandResult, path: Path, root: Path, *, durable: bool) -> None:
     """Output too large to redact in one piece (a file-backed replay, or a capture at its
     bound), written block by block with its credentials redacted."""
     with contextlib.ExitStack() as stack:
@@ -397,12 +399,13 @@ def _copy_redacted(result: CommandResult, path: Path, root: Path) -> None:
             )  # fmt: skip
         else:
             src = _lines_of(result.stdout)
-        atomic.write_chunks(path, redact_lines(src), within=root)
+        atomic.write_chunks(path, redact_lines(src), within=root, durable=durable)
 
 
-def write_result(root: Path, result: CommandResult) -> None:
+def write_result(root: Path, result: CommandResult, *, durable: bool = True) -> None:
     """One evidence file plus its `.rc` and (non-empty) `.err`, as DESIGN §4 lays out. Output
-    cut at the capture bound is said in `.err`, so a replay knows the file is not whole."""
+    cut at the capture bound is said in `.err`, so a replay knows the file is not whole.
+    `durable=False`: not fsynced (a guided run's evidence; runbook/atomic.py)."""
     if not result.collected:
         return
     path = root.joinpath(*safe_member_name(result.name).parts)
@@ -410,19 +413,28 @@ def write_result(root: Path, result: CommandResult) -> None:
         big = len(result.stdout) > _STREAM_CHARS
         atomic.real_dir(path.parent, within=root)  # no directory link placed in the bundle
         if big or (result.source_path is not None and not result.stdout):
-            _copy_redacted(result, path, root)  # credentials never written
+            _copy_redacted(result, path, root, durable=durable)  # credentials never written
         else:
-            _atomic_write(path, redact(result.stdout).encode("utf-8", errors="replace"), root)
+            _atomic_write(
+                path,
+                redact(result.stdout).encode("utf-8", errors="replace"),
+                root,
+                durable=durable,
+            )
         rc = "" if result.exited is None else str(result.exited)
         rc = "timeout" if result.timed_out else rc
-        _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode(), root)
+        _atomic_write(
+            path.with_name(path.name + ".rc"), f"{rc}\n".encode(), root, durable=durable
+        )
         err = result.stderr
         for note in (result.failure, TRUNCATED_NOTE if result.truncated else None):
             if note and note not in err:
                 err = _noted(err, note)
         if err:
             err_path = path.with_name(path.name + ".err")
-            _atomic_write(err_path, redact(err).encode("utf-8", errors="replace"), root)
+            _atomic_write(
+                err_path, redact(err).encode("utf-8", errors="replace"), root, durable=durable
+            )
 
 
 def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult]) -> Path:
