@@ -407,14 +407,22 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
 
 @audit.command("show")
 @click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
-@click.option("--proposal", "pid", help="Only this proposal's entries.")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="Approval store whose audit log to show (its audit.jsonl, unless the config names one).",
+)
+@click.option("--proposal", "pid", help="Only this proposal's entries.",
+              shell_complete=complete_proposal)
 @format_option("text", "json", default="text")
 @click.pass_context
-def show_audit(ctx: click.Context, log: str | None, pid: str | None, fmt: str) -> None:
+def show_audit(
+    ctx: click.Context, log: str | None, db: str | None, pid: str | None, fmt: str
+) -> None:
     """Print the audit trail (optionally one proposal's)."""
     from runbook.remedies.audit import AuditLog
 
-    path, _ = _audit_paths(ctx, log, None)
+    path, _ = _audit_paths(ctx, log, db)
     for entry in AuditLog(path).entries():
         if pid and entry.get("proposal") != pid:
             continue

@@ -78,6 +78,14 @@ def test_the_demo_prompts_and_an_approval_patches_only_its_own_copy(tmp_path: Pa
     assert queue["memory-limit"]["state"] == "denied"
     # the user's own store was never touched
     assert not (tmp_path / "state" / "approvals.db").exists()
+    # its audit trail is found from the same --db, as every command takes it
+    trail = subprocess.run(
+        [sys.executable, "-m", "runbook", "audit", "show", "--db", db.group(1), "--format",
+         "json"], env=_env(tmp_path), capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    events = {(e["proposal"], e["event"]) for e in map(json.loads, trail)}
+    assert (queue["memory-limit"]["id"], "denied") in events
+    assert (queue["shm-size-limit"]["id"], "approved") in events
 
 
 def test_the_demo_without_a_terminal_lists_the_proposals_and_the_next_commands(
