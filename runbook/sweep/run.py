@@ -91,6 +91,7 @@ class ProposalQueue:
             nsenter=self.options.nsenter,
             kubectl=self.options.kubectl,
             kube_context=entry.kube_context or self.options.kube_context,
+            ssh_config=self.options.ssh_config_file,
         )
 
     def __call__(self, entry: HostEntry, result: HostResult) -> tuple[str, ...]:

@@ -552,6 +552,35 @@ class TestHost:
         self.start_sshd()
         self.network._write_client_files()
 
+    def certify_host_key(
+        self,
+        ca_key: Path,
+        principals: Sequence[str],
+        *,
+        validity: str = "-5m:+1h",
+        host_certificate: bool = True,
+        serial: int = 1,
+    ) -> Path:
+        """Sign this host's key with ``ca_key`` (``ssh-keygen -s``) and restart sshd serving
+        the certificate (``HostCertificate``); returns the certificate's path. ``validity``
+        is ssh-keygen's ``-V``; ``host_certificate=False`` signs a *user* certificate (which
+        sshd serves all the same: a client must refuse it). Sessions survive the restart."""
+        cert = self.host_key_path.with_name(self.host_key_path.name + "-cert.pub")
+        cert.unlink(missing_ok=True)
+        argv = ["ssh-keygen", "-q", "-s", str(ca_key), "-I", f"{self.name}-host", "-z", str(serial)]
+        argv += ["-h"] if host_certificate else []
+        argv += ["-n", ",".join(principals), "-V", validity, str(self.host_key_pub_path)]
+        _run(argv)
+        self.stop_sshd()
+        self._extra_sshd_config = "\n".join(
+            line
+            for line in self._extra_sshd_config.splitlines()
+            if not line.startswith("HostCertificate ")
+        ) + f"\nHostCertificate {cert}\n"
+        self.config_path.write_text(self._sshd_config())
+        self.start_sshd()
+        return cert
+
     # ---- shims and commands
 
     def write_shim(self, name: str, content: str) -> Path:
@@ -840,6 +869,15 @@ class HostNetwork:
                     f"`ip route get {address}` goes via {dev!r}, not the test bridge "
                     f"{self.bridge}; refusing to run test hosts on a range in use"
                 )
+
+    def make_ca_key(self, name: str) -> Path:
+        """A new ed25519 key under this network's directory, to sign host certificates with
+        (its public half is ``<path>.pub``)."""
+        path = self.dir / f"ca-{name}"
+        if path.exists():
+            raise ValueError(f"CA key {name!r} already exists")
+        _keygen({path: f"rbk-test-ca-{name}"})
+        return path
 
     def _make_client_key(self) -> ClientKey:
         path = self.dir / "client_ed25519"
