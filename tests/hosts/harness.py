@@ -251,6 +251,13 @@ def _keygen(keys: Mapping[Path, str], *, parallel: int = 16) -> None:
         raise HarnessError("; ".join(errors))
 
 
+def make_key(path: Path, comment: str = "rbk-test-key") -> Path:
+    """A fresh passphrase-less ed25519 key at ``path`` (public half ``<path>.pub``): a CA to
+    sign host certificates with (:meth:`TestHost.certify_host_key`), a stranger's key."""
+    _keygen({path: comment})
+    return path
+
+
 def _write_atomic(path: Path, text: str) -> None:
     """Readers (paramiko in another thread, an ssh client) never see a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -869,15 +876,6 @@ class HostNetwork:
                     f"`ip route get {address}` goes via {dev!r}, not the test bridge "
                     f"{self.bridge}; refusing to run test hosts on a range in use"
                 )
-
-    def make_ca_key(self, name: str) -> Path:
-        """A new ed25519 key under this network's directory, to sign host certificates with
-        (its public half is ``<path>.pub``)."""
-        path = self.dir / f"ca-{name}"
-        if path.exists():
-            raise ValueError(f"CA key {name!r} already exists")
-        _keygen({path: f"rbk-test-ca-{name}"})
-        return path
 
     def _make_client_key(self) -> ClientKey:
         path = self.dir / "client_ed25519"
