@@ -150,3 +150,24 @@ def test_an_unreadable_or_bad_config_is_a_usage_error(tmp_path) -> None:  # type
     loaded = ssh_config.load(str(bad))
     with pytest.raises(UsageError, match="bad Port 'many'"):
         resolve("x", loaded, Given())
+
+
+def test_a_swept_alias_is_queued_for_approval_without_freezing_the_configs_user_or_port(
+    config,
+) -> None:  # type: ignore[no-untyped-def]
+    """An approval re-opens the target from the URL the sweep queued: a User/Port the config
+    gave must be left to the config (the inventory's defaults would reach the wrong port)."""
+    from types import SimpleNamespace
+
+    from runbook.sweep.inventory import entries_from_inventory
+    from runbook.sweep.run import ProposalQueue
+
+    inventory = {
+        "_meta": {"hostvars": {"gpu-1": {}, "plain": {}, "pinned": {"ansible_port": 2022}}},
+        "all": {"hosts": ["gpu-1", "plain", "pinned"]},
+    }
+    entries = {e.name: e for e in entries_from_inventory(inventory, default_user="me")}
+    queue = SimpleNamespace(options=SimpleNamespace(ssh_config=config))
+    assert ProposalQueue._url(queue, entries["gpu-1"]) == "ssh://gpu-1"  # type: ignore[arg-type]
+    assert ProposalQueue._url(queue, entries["plain"]) == "ssh://me@plain"  # type: ignore[arg-type]
+    assert ProposalQueue._url(queue, entries["pinned"]) == "ssh://me@pinned:2022"  # type: ignore[arg-type]
