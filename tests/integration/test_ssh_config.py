@@ -186,3 +186,22 @@ def _runbook_here(monkeypatch, tmp_path: Path) -> None:
     (tmp_path / HOSTNAME).write_text(text)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("RUNBOOK_SSH_CONFIG", raising=False)
+
+
+def test_resume_reopens_an_alias_through_the_config_the_run_used(
+    behind_bastion, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A run killed right after it started (only run.json and its first events on disk) is
+    resumed without --ssh-config: run.json names the file the alias was resolved with."""
+    run_dir = tmp_path / "run"
+    first = cli("run", HOSTNAME, "--target", "ssh://gpu-alias", "--run-dir", str(run_dir),
+                "--ssh-config", str(behind_bastion["config"]))  # fmt: skip
+    assert first.rc == 0, first.stderr
+    for done in ("state.json", "verdict.json", "approvals.json"):
+        (run_dir / done).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "bundle", ignore_errors=True)
+    events = (run_dir / "events.jsonl").read_text().splitlines()
+    (run_dir / "events.jsonl").write_text(events[0] + "\n")
+    resumed = cli("resume", str(run_dir), "--format", "json")
+    assert resumed.rc == 0, resumed.stderr
+    assert "cfg-target" in (run_dir / "bundle" / "hostname-file.txt").read_text()
