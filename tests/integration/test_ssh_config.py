@@ -205,3 +205,31 @@ def test_resume_reopens_an_alias_through_the_config_the_run_used(
     resumed = cli("resume", str(run_dir), "--format", "json")
     assert resumed.rc == 0, resumed.stderr
     assert "cfg-target" in (run_dir / "bundle" / "hostname-file.txt").read_text()
+
+
+def test_a_proxyjump_chain_is_walked_hop_by_hop(
+    ssh_host, known_hosts, client_key, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """`ProxyJump outer,inner`: the inner bastion takes logins only from the outer one and the
+    target only from the inner one, so nothing but the whole chain, in order, gets in."""
+    outer = ssh_host("chain-outer")
+    inner = ssh_host("chain-inner", extra_sshd_config=f"AllowUsers root@{outer.address}")
+    target = ssh_host("chain-target", extra_sshd_config=f"AllowUsers root@{inner.address}")
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host *\n"
+        "    User root\n"
+        f"    IdentityFile {client_key.private_path}\n"
+        f"    UserKnownHostsFile {known_hosts}\n"
+        f"Host gpu-deep\n    HostName {target.address}\n    ProxyJump outer,inner\n"
+        f"Host outer\n    HostName {outer.address}\n"
+        f"Host inner\n    HostName {inner.address}\n"
+    )
+    result = cli("run", HOSTNAME, "--target", "ssh://gpu-deep", "--ssh-config", str(config),
+                 "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert result.rc == 0, result.stderr
+    assert "chain-target" in (tmp_path / "run" / "bundle" / "hostname-file.txt").read_text()
+    backwards = config.read_text().replace("ProxyJump outer,inner", "ProxyJump inner,outer")
+    config.write_text(backwards)
+    refused = cli("run", HOSTNAME, "--target", "ssh://gpu-deep", "--ssh-config", str(config))
+    assert refused.rc == 3 and "authentication failed" in refused.stderr

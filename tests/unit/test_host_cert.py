@@ -148,3 +148,27 @@ def test_a_hashed_cert_authority_pattern_matches_its_host() -> None:
     hashed = paramiko.HostKeys.hash_host("gpu-1.example")
     assert matches((hashed,), "gpu-1.example")
     assert not matches((hashed,), "gpu-2.example")
+
+
+def test_a_host_certificate_with_a_critical_option_is_refused(keys, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """ssh-keygen puts no critical option in a host certificate, so this one is re-made from
+    one of its certificates with a `force-command` option and signed again by the same CA
+    (paramiko signs): a valid signature, an option no host certificate may carry."""
+    import struct
+
+    import paramiko
+
+    def string(data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + data
+
+    blob = _sign(tmp_path, keys["ca"], keys["host"], "gpu-1")
+    cert = host_cert.parse(blob)
+    empty = string(b"")  # critical options, extensions, reserved: all empty in a host cert
+    at = cert.signed.index(empty * 3 + string(cert.signature_key))
+    option = string(string(b"force-command") + string(string(b"/bin/true")))
+    signed = cert.signed[:at] + option + cert.signed[at + 4 :]
+    ca = paramiko.Ed25519Key.from_private_key_file(str(keys["ca"]))
+    forged = host_cert.parse(signed + string(ca.sign_ssh_data(signed).asbytes()))
+    assert forged.critical_options == ("force-command",)
+    with pytest.raises(host_cert.CertificateError, match="unknown critical option"):
+        host_cert.check(forged, principal="gpu-1", authorities=[keys["ca_blob"]])
