@@ -1,9 +1,16 @@
 """`--target ssh://[user@]host[:port]`: paramiko, one connection per host, one channel per probe.
 
 Trust: the server's host key must match known_hosts (`--known-hosts`, default
-~/.ssh/known_hosts). An unknown key is refused with its fingerprint unless the user opted in with
-`--accept-new-host-keys` (then it is appended, like OpenSSH's `accept-new`); a changed key is
-always refused.
+~/.ssh/known_hosts), looked up under the name OpenSSH would use (HostKeyAlias, else host or
+`[host]:port`), or be a host certificate that a `@cert-authority` line for that name vouches
+for (host_cert.py; when such a line exists and no plain key is known, certificate host key
+types are asked for first). An unknown key is refused with its fingerprint unless the user
+opted in with `--accept-new-host-keys` (then it is appended, like OpenSSH's `accept-new`); a
+changed key, a revoked key and a bad certificate are always refused.
+
+Addresses, keys and jump hosts usually come from ssh_config.py (the user's ssh config merged
+with the command line); a ProxyJump chain is a jump host whose own options name the hop before
+it, each hop a direct-tcpip channel of the previous connection.
 
 Timeouts really stop the remote command: every probe is started as
 ``printf '__RBK_PGID=%s\\n' "$$" >&2; exec /bin/sh -c CMD``. sshd makes the session's shell a
