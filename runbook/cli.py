@@ -95,9 +95,16 @@ def target_options(func: F) -> F:
         click.option(
             "--connect-timeout",
             type=click.FloatRange(min=0.1),
-            default=10.0,
-            show_default=True,
-            help="Seconds to connect and authenticate.",
+            default=None,
+            help="Seconds to connect and authenticate (default: the ssh config's "
+            "ConnectTimeout, else 10).",
+        ),
+        click.option(
+            "--ssh-config",
+            metavar="FILE",
+            envvar="RUNBOOK_SSH_CONFIG",
+            help="OpenSSH client config to resolve ssh:// names with, as `ssh NAME` does "
+            "(default ~/.ssh/config; `none` for none). Command-line values win over it.",
         ),
         click.option(
             "--nsenter",
@@ -157,8 +164,12 @@ def _target_record(target: str, kw: dict[str, Any]) -> Any:
     """The target as the approval store keeps it (to re-check the node, and for Ansible)."""
     from runbook.remedies.plans import Target
 
+    ssh_config = kw.get("ssh_config")
     return Target(
         url=target,
+        ssh_config=str(Path(ssh_config).expanduser().resolve())
+        if ssh_config and ssh_config.lower() != "none"
+        else ssh_config,
         identities=tuple(str(Path(p).resolve()) for p in kw.get("identities") or ()),
         known_hosts=str(Path(kw["known_hosts"]).resolve()) if kw.get("known_hosts") else None,
         jump=kw.get("jump"),
@@ -177,7 +188,8 @@ def _open(target: str, kw: dict[str, Any]) -> Any:
         known_hosts=Path(kw["known_hosts"]) if kw.get("known_hosts") else None,
         accept_new_host_keys=kw.pop("accept_new_host_keys", False),
         jump=kw.pop("jump", None),
-        connect_timeout=kw.pop("connect_timeout", 10.0),
+        connect_timeout=kw.pop("connect_timeout", None),
+        ssh_config=kw.pop("ssh_config", None),
         nsenter=kw.pop("nsenter", None),
         kubectl=kw.pop("kubectl", "kubectl"),
         kube_context=kw.pop("kube_context", None),

@@ -136,6 +136,7 @@ def run_job_command(
 ) -> None:
     from runbook import config as config_mod
     from runbook.cli import parse_vars
+    from runbook.cli_sweep import ssh_config_options
     from runbook.job.resolve import resolve_job
     from runbook.job.run import run_job
     from runbook.remedies.approval import Desk
@@ -163,7 +164,8 @@ def run_job_command(
             identities=tuple(Path(p) for p in kw.get("identities") or ()),
             known_hosts=Path(kw["known_hosts"]) if kw.get("known_hosts") else None,
             accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
-            connect_timeout=kw.get("connect_timeout") or 10.0,
+            connect_timeout=kw.get("connect_timeout"),
+            ssh_config=kw.get("ssh_config"),
             kubectl=kw.get("kubectl") or "kubectl",
             kube_context=kw.get("kube_context"),
         ),
@@ -180,6 +182,7 @@ def run_job_command(
         kubectl=kw.get("kubectl") or "kubectl",
         kube_context=kw.get("kube_context"),
         nsenter=kw.get("nsenter"),
+        **ssh_config_options(kw.get("ssh_config")),
     )
     import dataclasses
 

@@ -93,6 +93,8 @@ def _target_kw(record: Any) -> dict[str, Any]:
         "nsenter": target.get("nsenter"),
         "kubectl": target.get("kubectl") or "kubectl",
         "kube_context": target.get("kube_context"),
+        # an ssh:// alias resolves through the same config file as the run did
+        "ssh_config": target.get("ssh_config"),
     }
 
 

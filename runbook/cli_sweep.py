@@ -105,6 +105,21 @@ def _progress(title: str) -> Any:
     return progress_for(title, sys.stderr)
 
 
+def ssh_config_options(given: str | None) -> dict[str, Any]:
+    """HostOptions' ssh_config (read once for every host) and ssh_config_file (recorded with
+    proposals)."""
+    from runbook.targets import config_path
+    from runbook.transports import ssh_config as ssh_config_mod
+
+    path = config_path(given)
+    return {
+        "ssh_config": ssh_config_mod.load(path),
+        "ssh_config_file": str(Path(path).expanduser().resolve())
+        if path and path.lower() != "none"
+        else path,
+    }
+
+
 @click.command("sweep")
 @click.argument("runbook_ref", metavar="RUNBOOK", shell_complete=complete_runbook)
 @click.option("--inventory", "-i", help="Ansible inventory: file, directory or script.")
@@ -188,6 +203,13 @@ def _progress(title: str) -> Any:
     help="Seconds to connect and authenticate (at most the time left of the host's deadline).",
 )
 @click.option(
+    "--ssh-config",
+    metavar="FILE",
+    envvar="RUNBOOK_SSH_CONFIG",
+    help="OpenSSH client config resolving inventory names, as `ssh NAME` does (default "
+    "~/.ssh/config; `none` for none); inventory variables win over it.",
+)
+@click.option(
     "--nsenter",
     type=click.IntRange(min=1),
     is_flag=False,
@@ -236,6 +258,7 @@ def sweep(
     known_hosts: str | None,
     accept_new_host_keys: bool,
     connect_timeout: float,
+    ssh_config: str | None,
     nsenter: int | None,
     kubectl: str,
     kube_context: str | None,
@@ -321,6 +344,7 @@ def sweep(
             nsenter=nsenter,
             keep_dir=out / "hosts" if keep_bundles else None,
             max_parallel=probes_per_host(forks),
+            **ssh_config_options(ssh_config),
         )
         cfg = config_mod.load(
             Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db

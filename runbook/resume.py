@@ -5,7 +5,8 @@ A run directory holds, besides events.jsonl, state.json, bundle/ and verdict.jso
 - **run.json**, written when the run starts: the runbook (the reference given, the file it
   resolved to and that file's sha256, so a runbook changed since is refused), the target as
   the approval store records it (`remedies.plans.Target`: the URL, key *paths*, known_hosts,
-  jump host, timeouts — never a key's contents, never a password), whether new host keys were
+  jump host, timeouts, the ssh config file an `ssh://ALIAS` was resolved with — never a key's
+  contents, never a password), whether new host keys were
   accepted, the `--var` values (redacted like every write: a value that looks like a credential
   is not written, and a run that had one cannot be resumed), the working directory (relative
   paths in variables mean what they meant), the approval store and config used, and the

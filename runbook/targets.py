@@ -1,9 +1,10 @@
 """`--target` strings to transports: `local`, `ssh://[user@]host[:port]`, `kubectl://NS/POD`,
-`replay://BUNDLE`; `--nsenter[=PID]` wraps any of them."""
+`replay://BUNDLE`; `--nsenter[=PID]` wraps any of them. An ssh host may be a name from the
+user's ssh config (transports/ssh_config.py), as with `ssh NAME`."""
 
 from __future__ import annotations
 
-import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,12 +21,21 @@ class TargetOptions:
     known_hosts: Path | None = None
     accept_new_host_keys: bool = False
     jump: str | None = None
-    connect_timeout: float = 10.0
+    #: seconds to connect; None: the ssh config's ConnectTimeout, else 10
+    connect_timeout: float | None = None
+    #: ssh config file (`none`: none); None: $RUNBOOK_SSH_CONFIG, else ~/.ssh/config if any
+    ssh_config: str | None = None
     nsenter: int | None = None
     kubectl: str = "kubectl"
     kube_context: str | None = None
     container: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+
+
+def config_path(given: str | None) -> str | None:
+    """The ssh config file to read: the one given, else $RUNBOOK_SSH_CONFIG, else None
+    (~/.ssh/config when it exists)."""
+    return given or os.environ.get("RUNBOOK_SSH_CONFIG") or None
 
 
 def scheme_of(target: str) -> str:
@@ -51,17 +61,21 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
 
         transport = LocalTransport()
     elif scheme == "ssh":
-        from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+        from runbook.transports import ssh_config
+        from runbook.transports.ssh import SSHTransport
 
-        ssh_options = SSHOptions(
-            identities=options.identities,
-            accept_new_host_keys=options.accept_new_host_keys,
-            jump=SSHAddress.parse(options.jump) if options.jump else None,
-            connect_timeout=options.connect_timeout,
+        address, ssh_options = ssh_config.resolve(
+            rest,
+            ssh_config.load(config_path(options.ssh_config)),
+            ssh_config.Given(
+                identities=options.identities,
+                known_hosts=options.known_hosts,
+                jump=options.jump,
+                connect_timeout=options.connect_timeout,
+                accept_new_host_keys=options.accept_new_host_keys,
+            ),
         )
-        if options.known_hosts is not None:
-            ssh_options = dataclasses.replace(ssh_options, known_hosts=options.known_hosts)
-        transport = SSHTransport(SSHAddress.parse(rest), ssh_options)
+        transport = SSHTransport(address, ssh_options)
     elif scheme == "kubectl":
         from runbook.transports.nsenter import KubectlTransport, parse_kubectl_target
 

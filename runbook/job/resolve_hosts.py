@@ -31,7 +31,7 @@ from runbook.errors import JobError, UsageError
 from runbook.job.models import JobNode, JobSpec, RankSpec
 from runbook.sweep.inventory import HostEntry
 from runbook.transports.nsenter import parse_kubectl_target
-from runbook.transports.ssh import SSHAddress
+from runbook.transports.ssh import SSHAddress, split_address
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
@@ -73,16 +73,24 @@ def _entry(
     has_inventory: bool,
     user: str,
     shared: frozenset[str] = frozenset(),
+    user_given: bool = True,
 ) -> HostEntry:
     """The target of a line's first word (UsageError when it is not one). `shared`: hosts the
     file lists on more than one port (each such node is named `host:port`)."""
     if word == "local":
         return HostEntry("local", "local")
     if word.startswith("ssh://"):
+        given_user, _, given_port = split_address(word.removeprefix("ssh://"))
         address = SSHAddress.parse(word.removeprefix("ssh://"), default_user=user)
         # two sshd ports on one address are two nodes (containers, test rigs): name them apart
         name = f"{address.host}:{address.port}" if address.host in shared else address.host
-        return HostEntry(name, str(address))
+        # what the line leaves open, the ssh config may set (as for `ssh NAME`)
+        return HostEntry(
+            name,
+            str(address),
+            user_given=bool(given_user) or user_given,
+            port_given=given_port is not None,
+        )
     if word.startswith("kubectl://"):
         _, pod = parse_kubectl_target(word.removeprefix("kubectl://"))
         return HostEntry(pod, word)
@@ -94,7 +102,9 @@ def _entry(
         raise UsageError(f"{word} is not in the inventory")
     if not _HOST.match(word):
         raise UsageError(f"not a host name: {word!r}")
-    return HostEntry(word, f"ssh://{user}@{word}:22")
+    return HostEntry(
+        word, f"ssh://{user}@{word}:22", user_given=user_given, port_given=False
+    )
 
 
 def _hosts_on_several_ports(text: str, user: str) -> frozenset[str]:
@@ -134,7 +144,9 @@ def parse_hosts_file(
         if not words:
             continue
         try:
-            entry = _entry(words[0], by_name, bool(inventory), user, shared)
+            entry = _entry(
+                words[0], by_name, bool(inventory), user, shared, user_given=bool(ssh_user)
+            )
         except UsageError as exc:
             problems.append(f"{where}: {exc}")
             continue

@@ -47,6 +47,7 @@ def open_stored_target(target: plans.Target) -> Any:
         nsenter=target.nsenter,
         kubectl=target.kubectl,
         kube_context=target.kube_context,
+        ssh_config=target.ssh_config,
     ))
 
 

@@ -34,6 +34,7 @@ def recheck(proposal: Proposal) -> Verdict | None:
         nsenter=target.nsenter,
         kubectl=target.kubectl,
         kube_context=target.kube_context,
+        ssh_config=target.ssh_config,
     )
     transport = open_target(target.url, options)
     directory = RunDirectory(Path(tempfile.mkdtemp(prefix="runbook-recheck-")))

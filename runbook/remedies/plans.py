@@ -43,6 +43,8 @@ class Target:
     nsenter: int | None = None
     kubectl: str = "kubectl"
     kube_context: str | None = None
+    #: the ssh config file the name was resolved with (None: the default one)
+    ssh_config: str | None = None
 
     @property
     def scheme(self) -> str:
@@ -62,6 +64,7 @@ class Target:
             "nsenter": self.nsenter,
             "kubectl": self.kubectl,
             "kube_context": self.kube_context,
+            "ssh_config": self.ssh_config,
         }
 
     @classmethod
@@ -75,6 +78,7 @@ class Target:
             nsenter=data.get("nsenter"),
             kubectl=str(data.get("kubectl") or "kubectl"),
             kube_context=data.get("kube_context"),
+            ssh_config=data.get("ssh_config"),
         )
 
 
@@ -155,6 +159,8 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
 
         address = SSHAddress.parse(target.url.split("://", 1)[1])
         args = ["-o", "StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"]
+        if target.ssh_config:  # the name may be an alias only that file resolves
+            args += ["-F", target.ssh_config]
         if target.known_hosts:
             args += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
         if target.jump:

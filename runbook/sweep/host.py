@@ -106,6 +106,10 @@ class HostOptions:
     max_parallel: int = 8
     #: each known_hosts file parsed once for the whole sweep (knownhosts.py)
     known_hosts_cache: KnownHosts | None = None
+    #: the user's ssh config (paramiko.SSHConfig), read once; None: none
+    ssh_config: Any = None
+    #: its path, recorded with proposals so an approval reaches the same host
+    ssh_config_file: str | None = None
     #: round trips to measure each host's clock offset before its walk (0: not measured;
     #: a job run measures it to put every node's evidence on one time axis)
     clock_samples: int = 0
@@ -165,7 +169,7 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
         NsenterTransport,
         parse_kubectl_target,
     )
-    from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+    from runbook.transports.ssh import SSHOptions, SSHTransport
 
     transport: Transport
     if entry.scheme == "local":
@@ -182,24 +186,42 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
             check_timeout=timeout,
         )
     else:
-        address = SSHAddress.parse(entry.target.split("://", 1)[1])
-        identities = tuple(Path(p).expanduser() for p in entry.identities) or options.identities
-        jump = SSHAddress.parse(entry.jump, default_user=address.user) if entry.jump else None
-        ssh = SSHOptions(
-            identities=identities,
-            accept_new_host_keys=options.accept_new_host_keys,
-            jump=jump,
-            connect_timeout=timeout,
+        from runbook.transports import ssh_config
+        from runbook.transports.ssh import split_address
+
+        user, host, port = split_address(entry.target.split("://", 1)[1])
+        # what the inventory left open (user, port) the ssh config may fill in, as it does
+        # for `ssh NAME` (and so for Ansible's own ssh connection)
+        request = (f"{user}@" if entry.user_given and user else "") + (
+            f"[{host}]" if ":" in host else host
+        ) + (f":{port}" if entry.port_given and port else "")
+        address, ssh = ssh_config.resolve(
+            request,
+            options.ssh_config,
+            ssh_config.Given(
+                identities=tuple(Path(p).expanduser() for p in entry.identities)
+                or options.identities,
+                known_hosts=Path(entry.known_hosts or options.known_hosts or "").expanduser()
+                if (entry.known_hosts or options.known_hosts)
+                else None,
+                jump=entry.jump,
+                connect_timeout=timeout,
+                accept_new_host_keys=options.accept_new_host_keys,
+                default_user=user or "root",
+            ),
         )
-        known = entry.known_hosts or options.known_hosts
-        if known is not None:
-            ssh = dataclasses.replace(ssh, known_hosts=Path(known).expanduser())
+        names = [address.known_hosts_name]
+        accepting = ssh.accept_new_host_keys
+        hop: SSHOptions | None = ssh
+        while hop is not None and hop.jump is not None:
+            names.append(hop.jump.known_hosts_name)
+            hop = hop.jump_options
+            accepting = accepting or bool(hop and hop.accept_new_host_keys)
         own = ssh.known_hosts
-        if options.known_hosts_cache is not None and not options.accept_new_host_keys:
-            names = [address.known_hosts_name] + ([jump.known_hosts_name] if jump else [])
+        if options.known_hosts_cache is not None and not accepting:
             own = options.known_hosts_cache.for_host(ssh.known_hosts, names)
         try:
-            transport = SSHTransport(address, dataclasses.replace(ssh, known_hosts=own))
+            transport = SSHTransport(address, _with_known_hosts(ssh, ssh.known_hosts, own))
         except HostKeyError as exc:
             if own == ssh.known_hosts:
                 raise
@@ -209,6 +231,19 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
     if options.nsenter is not None:
         transport = NsenterTransport(transport, options.nsenter)
     return transport
+
+
+def _with_known_hosts(options: Any, user_file: Path, own: Path) -> Any:
+    """`options` (SSHOptions) with the sweep's private copy `own` wherever the chain of hops
+    reads the user's file `user_file` (a hop whose config names another file keeps it)."""
+    if own == user_file:
+        return options
+    hop = options.jump_options
+    return dataclasses.replace(
+        options,
+        known_hosts=own if options.known_hosts == user_file else options.known_hosts,
+        jump_options=_with_known_hosts(hop, user_file, own) if hop is not None else None,
+    )
 
 
 class _Phase:

@@ -12,9 +12,12 @@ How host variables become a target (pure, `entries_from_inventory`):
 
     ansible_connection   ssh (default, also paramiko/smart) → ssh://; local → local;
                          kubectl / kubernetes.core.kubectl → kubectl://NAMESPACE/POD
-    ansible_host         address (default: the inventory name)     [ansible_ssh_host]
+    ansible_host         address (default: the inventory name, which the user's ssh config
+                         may resolve: HostName, User, Port, IdentityFile, ProxyJump, …)
+                                                                   [ansible_ssh_host]
     ansible_port         port (default 22, or -p / -o Port= in the ssh args)  [ansible_ssh_port]
-    ansible_user         user (default: -l / -o User=, else the local user, as ssh does)
+    ansible_user         user (default: -l / -o User=, else the ssh config's, else the local
+                         user, as ssh does)
     ansible_ssh_private_key_file   the key (else --identity, the agent, ~/.ssh)
     ansible_ssh_common_args / ansible_ssh_extra_args   ProxyJump / -J / ProxyCommand `ssh -W`
                          → the jump host; UserKnownHostsFile → known_hosts; ConnectTimeout
@@ -76,6 +79,10 @@ class HostEntry:
     #: why the host cannot be swept; it is then recorded with `problem_status`
     problem: str | None = None
     problem_status: str = "error"
+    #: whether the target's user / port were set (else the ssh config may set them, as it
+    #: does for `ssh NAME`)
+    user_given: bool = True
+    port_given: bool = True
 
     @property
     def scheme(self) -> str:
@@ -175,11 +182,10 @@ def entry_from_hostvars(
     except (TypeError, ValueError):
         problems.append(f"bad ansible_port {port_value!r}")
         port = 22
-    user = (
-        _text(hostvars.get("ansible_user") or hostvars.get("ansible_ssh_user"))
-        or args.user
-        or default_user
+    given_user = (
+        _text(hostvars.get("ansible_user") or hostvars.get("ansible_ssh_user")) or args.user
     )
+    user = given_user or default_user
     key_file = (
         _text(hostvars.get("ansible_ssh_private_key_file"))
         or _text(hostvars.get("ansible_private_key_file"))
@@ -199,6 +205,8 @@ def entry_from_hostvars(
         jump=args.jump,
         connect_timeout=timeout,
         problem="; ".join(problems) or None,
+        user_given=bool(given_user),
+        port_given=bool(port_value),
         **common,
     )
 

@@ -4,13 +4,15 @@ paramiko's SSHClient parses the whole known_hosts file (every key, base64 and al
 connect: 0.3 s of CPU for a 1000-line file here, so a 1000-host sweep would spend five minutes
 of its one interpreter parsing the same file a thousand times. A sweep instead parses each file
 once and hands every host a small private file holding the entries for its own name (and its
-jump host's), hashed names included — the same trust, decided by the same paramiko lookup.
+jump host's), hashed names included, and the `@cert-authority` keys trusted for those names —
+the same trust, decided by the same lookups.
 
 Not used with --accept-new-host-keys, which must append to the user's own file.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import threading
@@ -73,6 +75,12 @@ class KnownHosts:
                 with tmp.open("a", encoding="ascii") as handle:  # revoked for every host
                     for keytype, key in sorted(known.revoked):
                         handle.write(f"@revoked * {keytype} {key}\n")
+                    # the CAs trusted for these names (host certificates), under those names
+                    for name in names:
+                        for blob in known.authorities_for(name):
+                            keytype = blob[4 : 4 + int.from_bytes(blob[:4], "big")].decode()
+                            encoded = base64.b64encode(blob).decode()
+                            handle.write(f"@cert-authority {name} {keytype} {encoded}\n")
                 os.replace(tmp, out)
                 self._written[out] = source
         return out

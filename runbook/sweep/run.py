@@ -88,7 +88,7 @@ class ProposalQueue:
             str(self.options.known_hosts) if self.options.known_hosts else None
         )
         return Target(
-            url=entry.target,
+            url=self._url(entry),
             identities=tuple(str(Path(p).expanduser().resolve()) for p in identities),
             known_hosts=str(Path(known).expanduser().resolve()) if known else None,
             jump=entry.jump,
@@ -96,6 +96,26 @@ class ProposalQueue:
             nsenter=self.options.nsenter,
             kubectl=self.options.kubectl,
             kube_context=entry.kube_context or self.options.kube_context,
+            ssh_config=self.options.ssh_config_file,
+        )
+
+    def _url(self, entry: HostEntry) -> str:
+        """The entry's target as an approval should reach it again: what the ssh config
+        decided (User, Port) left for the config to decide again, not frozen to defaults."""
+        if entry.scheme != "ssh" or (entry.user_given and entry.port_given):
+            return entry.target
+        from runbook.transports.ssh import split_address
+        from runbook.transports.ssh_config import host_config
+
+        user, host, port = split_address(entry.target.split("://", 1)[1])
+        if not entry.user_given and host_config(self.options.ssh_config, host).user:
+            user = None
+        shown = f"[{host}]" if ":" in host else host
+        return (
+            "ssh://"
+            + (f"{user}@" if user else "")
+            + shown
+            + (f":{port}" if entry.port_given and port else "")
         )
 
     def __call__(self, entry: HostEntry, result: HostResult) -> tuple[str, ...]:

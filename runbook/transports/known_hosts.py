@@ -6,14 +6,17 @@ every host an internal error. Here each line is read on its own:
 
 - `@revoked PATTERN TYPE KEY`: the key is never accepted, for any host, not even with
   `--accept-new-host-keys` (OpenSSH's meaning);
-- `@cert-authority PATTERN TYPE KEY`: a CA for host certificates. paramiko cannot verify a
-  host certificate as a client, so these lines are skipped with one warning per file (hosts
-  that only a CA vouches for are then unknown: refused unless accepted);
+- `@cert-authority PATTERN TYPE KEY`: a CA for host certificates; a host whose name matches
+  PATTERN (comma-separated, `*`/`?` wildcards, `!` negation, hashed `|1|` names) may present a
+  certificate it signed (checked in `host_cert`, since paramiko does not);
 - a line that does not parse is skipped with one warning naming its number.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import fnmatch
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,18 +32,48 @@ class KnownHostsFile:
     keys: paramiko.HostKeys
     #: (key type, base64) of every revoked key
     revoked: set[tuple[str, str]] = field(default_factory=set)
-    #: what was skipped, one line each (CA lines, unreadable lines)
+    #: what was skipped, one line each (unreadable lines, unknown markers)
     skipped: list[str] = field(default_factory=list)
+    #: `@cert-authority` lines: (host patterns, CA public key blob)
+    authorities: list[tuple[tuple[str, ...], bytes]] = field(default_factory=list)
 
     def is_revoked(self, key: paramiko.PKey) -> bool:
         return (key.get_name(), key.get_base64()) in self.revoked
+
+    def revoked_blobs(self) -> set[bytes]:
+        out = set()
+        for _, text in self.revoked:
+            try:
+                out.add(base64.b64decode(text, validate=True))
+            except (binascii.Error, ValueError):
+                continue
+        return out
+
+    def authorities_for(self, name: str) -> list[bytes]:
+        """The CA keys trusted for host certificates of `name` (a known_hosts spelling)."""
+        return [key for patterns, key in self.authorities if matches(patterns, name)]
+
+
+def matches(patterns: tuple[str, ...], name: str) -> bool:
+    """OpenSSH's known_hosts host matching: any pattern matches and no negated one does."""
+    hit = False
+    for pattern in patterns:
+        negated = pattern.startswith("!")
+        body = pattern[1:] if negated else pattern
+        if body.startswith("|1|"):
+            found = paramiko.HostKeys.hash_host(name, body) == body
+        else:
+            found = fnmatch.fnmatchcase(name.lower(), body.lower().replace("[", "[[]"))
+        if found and negated:
+            return False
+        hit = hit or found
+    return hit
 
 
 def read(path: Path) -> KnownHostsFile:
     """The file's keys, revocations and skipped lines; OSError when it cannot be read."""
     keys = paramiko.HostKeys()
     result = KnownHostsFile(keys)
-    authorities: list[int] = []
     entries: list[HostKeyEntry] = []
     text = path.read_text(encoding="utf-8", errors="replace")
     for number, raw in enumerate(text.splitlines(), 1):
@@ -52,8 +85,13 @@ def read(path: Path) -> KnownHostsFile:
             parts = rest.split()
             if marker == "@revoked" and len(parts) >= 3:
                 result.revoked.add((parts[1], parts[2]))
-            elif marker == "@cert-authority":
-                authorities.append(number)
+            elif marker == "@cert-authority" and len(parts) >= 3:
+                try:
+                    blob = base64.b64decode(parts[2], validate=True)
+                except (binascii.Error, ValueError):
+                    result.skipped.append(f"line {number}: unreadable @cert-authority key")
+                    continue
+                result.authorities.append((tuple(parts[0].split(",")), blob))
             else:
                 result.skipped.append(f"line {number}: unknown marker {marker[:40]!r}")
             continue
@@ -66,11 +104,6 @@ def read(path: Path) -> KnownHostsFile:
             result.skipped.append(f"line {number}: unreadable")
             continue
         entries.append(entry)
-    if authorities:
-        result.skipped.append(
-            f"line(s) {', '.join(map(str, authorities[:5]))}: @cert-authority (host "
-            "certificates cannot be verified here; hosts only a CA vouches for are unknown)"
-        )
     # a revoked key is not trusted whatever other line lists it, before or after it
     for entry in entries:
         if not result.is_revoked(entry.key):

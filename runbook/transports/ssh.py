@@ -1,9 +1,16 @@
 """`--target ssh://[user@]host[:port]`: paramiko, one connection per host, one channel per probe.
 
 Trust: the server's host key must match known_hosts (`--known-hosts`, default
-~/.ssh/known_hosts). An unknown key is refused with its fingerprint unless the user opted in with
-`--accept-new-host-keys` (then it is appended, like OpenSSH's `accept-new`); a changed key is
-always refused.
+~/.ssh/known_hosts), looked up under the name OpenSSH would use (HostKeyAlias, else host or
+`[host]:port`), or be a host certificate that a `@cert-authority` line for that name vouches
+for (host_cert.py; when such a line exists and no plain key is known, certificate host key
+types are asked for first). An unknown key is refused with its fingerprint unless the user
+opted in with `--accept-new-host-keys` (then it is appended, like OpenSSH's `accept-new`); a
+changed key, a revoked key and a bad certificate are always refused.
+
+Addresses, keys and jump hosts usually come from ssh_config.py (the user's ssh config merged
+with the command line); a ProxyJump chain is a jump host whose own options name the hop before
+it, each hop a direct-tcpip channel of the previous connection.
 
 Timeouts really stop the remote command: every probe is started as
 ``printf '__RBK_PGID=%s\\n' "$$" >&2; exec /bin/sh -c CMD``. sshd makes the session's shell a
@@ -15,6 +22,7 @@ channel is closed. (Closing a channel without a PTY does not signal the remote p
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import logging
 import re
@@ -34,7 +42,7 @@ from runbook.errors import (
     UnreachableError,
     UsageError,
 )
-from runbook.transports import known_hosts
+from runbook.transports import host_cert, known_hosts
 from runbook.transports.base import CommandResult, Probe, decode
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
@@ -57,28 +65,48 @@ class SSHAddress:
     host: str
     port: int = 22
     user: str = "root"
+    #: the name the user gave when an ssh config entry turned it into `host` (reports and
+    #: errors show it, as ssh shows the alias)
+    alias: str | None = None
+    #: ssh config `HostKeyAlias`: the name looked up in known_hosts instead of host[:port]
+    key_alias: str | None = None
 
     @classmethod
     def parse(cls, text: str, *, default_user: str = "root") -> SSHAddress:
         """`[user@]host[:port]` (an IPv6 host in brackets)."""
-        match = _SSH_URL.match(text.strip())
-        if not match:
-            # `user:password@host` is not an address, and the password is not repeated
-            shown = re.sub(r"^([^@:/\s]*):[^@\s]*@", r"\1:<REDACTED>@", text.strip())
-            raise UsageError(f"not an SSH address: {shown!r} (expected [user@]host[:port])")
-        port = int(match.group("port") or 22)
-        if not 0 < port < 65536:
-            raise UsageError(f"bad SSH port in {text!r}")
-        host = match.group("host").strip("[]")
-        return cls(host=host, port=port, user=match.group("user") or default_user)
+        user, host, port = split_address(text)
+        return cls(host=host, port=port or 22, user=user or default_user)
 
     def __str__(self) -> str:
+        if self.alias:
+            return f"ssh://{self.user}@{self.alias}"
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"ssh://{self.user}@{host}:{self.port}"
 
     @property
     def known_hosts_name(self) -> str:
+        if self.key_alias:
+            return self.key_alias
         return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
+
+    @property
+    def principal(self) -> str:
+        """The name a host certificate must list: HostKeyAlias, else the host (no port)."""
+        return self.key_alias or self.host
+
+
+def split_address(text: str) -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]` → (user or None, host, port or None): what was given, no
+    defaults filled in (an ssh config may supply them)."""
+    match = _SSH_URL.match(text.strip())
+    if not match:
+        # `user:password@host` is not an address, and the password is not repeated
+        shown = re.sub(r"^([^@:/\s]*):[^@\s]*@", r"\1:<REDACTED>@", text.strip())
+        raise UsageError(f"not an SSH address: {shown!r} (expected [user@]host[:port])")
+    port = int(match.group("port")) if match.group("port") else None
+    if port is not None and not 0 < port < 65536:
+        raise UsageError(f"bad SSH port in {text!r}")
+    return match.group("user") or None, match.group("host").strip("[]"), port
 
 
 @dataclass(frozen=True)
@@ -87,6 +115,9 @@ class SSHOptions:
     identities: tuple[Path, ...] = ()
     accept_new_host_keys: bool = False
     jump: SSHAddress | None = None
+    #: how the jump host itself is reached (its own keys, known_hosts and jump host: a
+    #: ProxyJump chain); None: with these options, less the jump
+    jump_options: SSHOptions | None = None
     connect_timeout: float = 10.0
     allow_agent: bool = True
     #: sshd's default MaxSessions is 10; stay under it
@@ -100,8 +131,9 @@ def fingerprint(key: paramiko.PKey) -> str:
 
 
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Refuse unknown keys (one clear error with the fingerprint) or, when the user opted in,
-    record them in known_hosts."""
+    """A key known_hosts does not list for the host: a host certificate a trusted CA signed
+    (checked in full: a bad one is refused whatever the flags), else refuse it (one clear error
+    with the fingerprint) or, when the user opted in, record it in known_hosts."""
 
     def __init__(
         self, options: SSHOptions, address: SSHAddress, known: KnownHostsFile | None = None
@@ -113,28 +145,79 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     def missing_host_key(
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
+        name = self.address.known_hosts_name
         fp = fingerprint(key)
         if self.known is not None and self.known.is_revoked(key):
             raise HostKeyError(
                 f"{self.address}: host key {key.get_name()} {fp} is marked @revoked in "
                 f"{self.options.known_hosts}; refusing",
-                host=hostname,
+                host=name,
                 fingerprint=fp,
             )
+        if self._certified(key, fp):
+            return
         if not self.options.accept_new_host_keys:
             raise HostKeyError(
                 f"{self.address}: host key {key.get_name()} {fp} is not in "
                 f"{self.options.known_hosts}; check it and re-run with --accept-new-host-keys",
-                host=hostname,
+                host=name,
                 fingerprint=fp,
             )
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = self.options.known_hosts
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with path.open("a", encoding="ascii") as handle:
-            handle.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+            handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
         path.chmod(0o600)
-        log.info("added host key %s %s for %s to %s", key.get_name(), fp, hostname, path)
+        log.info("added host key %s %s for %s to %s", key.get_name(), fp, name, path)
+
+    def _certified(self, key: paramiko.PKey, fp: str) -> bool:
+        """True when the server presented a host certificate that a `@cert-authority` line
+        for this host vouches for; HostKeyError when such a CA exists and the certificate is
+        bad (never overridden by --accept-new-host-keys); False when no CA line matches the
+        host (the certified key is then judged as a plain key, as OpenSSH does)."""
+        blob = getattr(key, "public_blob", None)
+        if blob is None or not host_cert.is_certificate_type(blob.key_type):
+            return False
+        name = self.address.known_hosts_name
+        authorities = self.known.authorities_for(name) if self.known else []
+        if not authorities:
+            return False
+        try:
+            cert = host_cert.parse(bytes(blob.key_blob))
+            host_cert.check(
+                cert,
+                principal=self.address.principal,
+                authorities=authorities,
+                revoked=self.known.revoked_blobs() if self.known else (),
+            )
+        except host_cert.CertificateError as exc:
+            raise HostKeyError(
+                f"{self.address}: host certificate refused: {exc} ({key.get_name()} {fp}, "
+                f"CA from {self.options.known_hosts})",
+                host=self.address.known_hosts_name,
+                fingerprint=fp,
+            ) from None
+        log.info(
+            "%s: host certificate %r (serial %d) signed by a trusted CA",
+            self.address,
+            cert.key_id,
+            cert.serial,
+        )
+        return True
+
+
+class _CertificateFirst(paramiko.Transport):
+    """A transport that asks for the host's certificate before its plain key: sshd serves the
+    first type in the client's list it has, and paramiko lists plain keys first (so a host
+    only a CA vouches for would never show its certificate)."""
+
+    @property
+    def preferred_keys(self) -> tuple[str, ...]:
+        keys = tuple(super().preferred_keys)
+        return tuple(k for k in keys if host_cert.is_certificate_type(k)) + tuple(
+            k for k in keys if not host_cert.is_certificate_type(k)
+        )
 
 
 def _connect(
@@ -142,15 +225,21 @@ def _connect(
 ) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
     known = None
+    factory: type[paramiko.Transport] | None = None
     if options.known_hosts.exists():
         try:
             known = known_hosts.read(options.known_hosts)
         except OSError as exc:
             raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
-        trusted = client.get_host_keys()
-        for name in known.keys.keys():
-            for keytype, key in known.keys[name].items():
-                trusted.add(name, keytype, key)
+        # the keys listed for the name looked up (HostKeyAlias or host[:port], hashed or
+        # not), filed under the name paramiko will ask for (the address it connects to)
+        asked = address.host if address.port == 22 else f"[{address.host}]:{address.port}"
+        found = known.keys.lookup(address.known_hosts_name)
+        if found:
+            for keytype in found:
+                client.get_host_keys().add(asked, keytype, found[keytype])
+        elif known.authorities_for(address.known_hosts_name):
+            factory = _CertificateFirst
     client.set_missing_host_key_policy(_HostKeyPolicy(options, address, known))
     started = time.monotonic()
     try:
@@ -167,6 +256,7 @@ def _connect(
             auth_timeout=options.connect_timeout,
             channel_timeout=options.connect_timeout,
             sock=sock,
+            transport_factory=factory,  # type: ignore[arg-type]
         )
     except HostKeyError:
         client.close()
@@ -239,6 +329,35 @@ def wrap_for_pgid(command: str, token: str = "") -> str:
     )
 
 
+def _connect_through(
+    address: SSHAddress, options: SSHOptions, hops: list[paramiko.SSHClient], depth: int = 0
+) -> paramiko.SSHClient:
+    """Connect to `address`, through its jump host (and that one's, for a ProxyJump chain)
+    when it has one, each hop a direct-tcpip channel of the one before; the hops' clients are
+    appended to `hops` for the caller to close, also when this fails."""
+    if options.jump is None:
+        return _connect(address, options)
+    if depth >= 8:
+        raise UsageError(f"{address}: more than 8 jump hosts (a ProxyJump loop?)")
+    hop_options = options.jump_options or dataclasses.replace(options, jump=None)
+    hop = _connect_through(options.jump, hop_options, hops, depth + 1)
+    hops.append(hop)
+    hop_transport = hop.get_transport()
+    assert hop_transport is not None
+    try:
+        sock = hop_transport.open_channel(
+            "direct-tcpip",
+            (address.host, address.port),
+            ("127.0.0.1", 0),
+            timeout=options.connect_timeout,
+        )
+    except (paramiko.SSHException, OSError) as exc:
+        raise UnreachableError(
+            f"{address}: the jump host {options.jump} cannot reach it: {exc}"
+        ) from None
+    return _connect(address, options, sock)
+
+
 class SSHTransport:
     """One paramiko connection to one host; `run` is safe from several threads."""
 
@@ -246,29 +365,12 @@ class SSHTransport:
         self.address = address
         self.options = options or SSHOptions()
         self.description = str(address)
-        self._jump: paramiko.SSHClient | None = None
-        sock = None
-        if self.options.jump is not None:
-            self._jump = _connect(self.options.jump, self.options)
-            jump_transport = self._jump.get_transport()
-            assert jump_transport is not None
-            try:
-                sock = jump_transport.open_channel(
-                    "direct-tcpip",
-                    (address.host, address.port),
-                    ("127.0.0.1", 0),
-                    timeout=self.options.connect_timeout,
-                )
-            except (paramiko.SSHException, OSError) as exc:
-                self._jump.close()
-                raise UnreachableError(
-                    f"{address}: the jump host {self.options.jump} cannot reach it: {exc}"
-                ) from None
+        #: the jump hosts' connections, first hop first
+        self._hops: list[paramiko.SSHClient] = []
         try:
-            self._client = _connect(address, self.options, sock)
+            self._client = _connect_through(address, self.options, self._hops)
         except BaseException:
-            if self._jump is not None:
-                self._jump.close()
+            self._close_hops()
             raise
         self._slots = threading.BoundedSemaphore(self.options.max_channels)
 
@@ -432,7 +534,10 @@ class SSHTransport:
         except (OSError, paramiko.SSHException, EOFError) as exc:
             log.warning("%s: could not %s: %s", self.address, what, exc)
 
+    def _close_hops(self) -> None:
+        for hop in reversed(self._hops):
+            hop.close()
+
     def close(self) -> None:
         self._client.close()
-        if self._jump is not None:
-            self._jump.close()
+        self._close_hops()

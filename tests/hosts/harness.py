@@ -251,6 +251,13 @@ def _keygen(keys: Mapping[Path, str], *, parallel: int = 16) -> None:
         raise HarnessError("; ".join(errors))
 
 
+def make_key(path: Path, comment: str = "rbk-test-key") -> Path:
+    """A fresh passphrase-less ed25519 key at ``path`` (public half ``<path>.pub``): a CA to
+    sign host certificates with (:meth:`TestHost.certify_host_key`), a stranger's key."""
+    _keygen({path: comment})
+    return path
+
+
 def _write_atomic(path: Path, text: str) -> None:
     """Readers (paramiko in another thread, an ssh client) never see a half-written file."""
     tmp = path.with_name(f".{path.name}.tmp")
@@ -551,6 +558,35 @@ class TestHost:
         _keygen({self.host_key_path: self.key_comment})
         self.start_sshd()
         self.network._write_client_files()
+
+    def certify_host_key(
+        self,
+        ca_key: Path,
+        principals: Sequence[str],
+        *,
+        validity: str = "-5m:+1h",
+        host_certificate: bool = True,
+        serial: int = 1,
+    ) -> Path:
+        """Sign this host's key with ``ca_key`` (``ssh-keygen -s``) and restart sshd serving
+        the certificate (``HostCertificate``); returns the certificate's path. ``validity``
+        is ssh-keygen's ``-V``; ``host_certificate=False`` signs a *user* certificate (which
+        sshd serves all the same: a client must refuse it). Sessions survive the restart."""
+        cert = self.host_key_path.with_name(self.host_key_path.name + "-cert.pub")
+        cert.unlink(missing_ok=True)
+        argv = ["ssh-keygen", "-q", "-s", str(ca_key), "-I", f"{self.name}-host", "-z", str(serial)]
+        argv += ["-h"] if host_certificate else []
+        argv += ["-n", ",".join(principals), "-V", validity, str(self.host_key_pub_path)]
+        _run(argv)
+        self.stop_sshd()
+        self._extra_sshd_config = "\n".join(
+            line
+            for line in self._extra_sshd_config.splitlines()
+            if not line.startswith("HostCertificate ")
+        ) + f"\nHostCertificate {cert}\n"
+        self.config_path.write_text(self._sshd_config())
+        self.start_sshd()
+        return cert
 
     # ---- shims and commands
 
