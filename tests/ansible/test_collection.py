@@ -43,12 +43,15 @@ pytestmark = pytest.mark.ansible
 NAMESPACE, NAME = "nccl_runbook", "fleet"
 FQCN = f"{NAMESPACE}.{NAME}"
 ROLES = ("evidence_collect", "nccl_ab_test", "node_drain", "workload_patch")
-#: where the documented commands are (README.md, docs/, each role's README, molecule/README.md)
+#: where the documented commands are (README.md, docs/, each role's README, molecule/README.md,
+#: and the example inventories' comments)
 DOCS = sorted([
     REPO / "README.md",
     REPO / "molecule" / "README.md",
     *(REPO / "docs").glob("*.md"),
     *(REPO / "roles").glob("*/README.md"),
+    *(REPO / "inventory").glob("*.yml"),
+    *(REPO / "inventory").glob("*.ini"),
 ])
 #: a path in the tarball that is not Ansible content, or that looks like a credential
 NOT_CONTENT = re.compile(
