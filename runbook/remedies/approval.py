@@ -450,7 +450,10 @@ class Desk:
         if proposal.kind == "nccl-ib-disable-ab":
             from runbook.remedies import ab
 
-            out = Path(str(plan.extravars["nccl_ab_output_dir"]))
+            # a proposal queued before the role's variables took its prefix has the old name
+            extravars = plan.extravars
+            out = Path(str(extravars.get("nccl_ab_test_output_dir")
+                           or extravars["nccl_ab_output_dir"]))
             hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
             comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
             return {"comparison": comparisons}

@@ -314,7 +314,7 @@ def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         return Plan(
             playbook=_playbook(proposal, "nccl-ib-disable-ab.yml"),
             inventory=node_inventory(ctx.node, ctx.target),
-            extravars={"nccl_ab_gpus": gpus, "nccl_ab_output_dir": str(out)},
+            extravars={"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)},
             describe=(
                 f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
                 "NCCL_IB_DISABLE unset and =1 (NCCL_DEBUG=INFO); nothing is left set",

@@ -37,9 +37,15 @@ class PlaybookError(RunbookError):
     exit_code = 1
 
 
+#: the collection the playbooks' roles and module belong to (galaxy.yml)
+COLLECTION = ("nccl_runbook", "fleet")
+#: what a directory needs to be the collection's content
+CONTENT_DIRS = ("playbooks", "roles", "plugins")
+
+
 def content_dir() -> Path:
-    """Where `playbooks/` and `roles/` are: `$RUNBOOK_ANSIBLE_DIR`, the source checkout, or the
-    installed copy under `<prefix>/share/nccl-runbook`."""
+    """Where the collection's `playbooks/`, `roles/` and `plugins/` are: `$RUNBOOK_ANSIBLE_DIR`,
+    the source checkout, or the installed copy under `<prefix>/share/nccl-runbook`."""
     env = os.environ.get("RUNBOOK_ANSIBLE_DIR")
     candidates = [Path(env)] if env else []
     candidates += [
@@ -47,13 +53,31 @@ def content_dir() -> Path:
         Path(sys.prefix) / "share" / "nccl-runbook",
     ]
     for candidate in candidates:
-        if (candidate / "playbooks").is_dir() and (candidate / "roles").is_dir():
+        if all((candidate / name).is_dir() for name in CONTENT_DIRS):
             return candidate
     raise PlaybookError(
         "the remedy playbooks are not installed (looked in "
         + ", ".join(str(c) for c in candidates)
         + "); set RUNBOOK_ANSIBLE_DIR to a checkout of nccl-runbook"
     )
+
+
+def link_collection(content: Path, scratch: Path) -> str:
+    """ANSIBLE_COLLECTIONS_PATH that finds `nccl_runbook.fleet` at ``content`` (through a link
+    ``scratch/ansible_collections/nccl_runbook/fleet``) before Ansible's usual places.
+
+    The playbooks name their roles and module by FQCN; wherever the content is (a checkout, the
+    installed copy, `$RUNBOOK_ANSIBLE_DIR`), the run uses exactly that copy, not one a user
+    may have installed with ansible-galaxy. The usual places stay on the path for the
+    collections it depends on (kubernetes.core)."""
+    link = scratch.joinpath("ansible_collections", *COLLECTION)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(content.resolve(), target_is_directory=True)
+    home = os.environ.get("ANSIBLE_HOME") or os.path.expanduser("~/.ansible")
+    usual = os.environ.get("ANSIBLE_COLLECTIONS_PATH") or os.pathsep.join(
+        [os.path.join(home, "collections"), "/usr/share/ansible/collections"]
+    )
+    return os.pathsep.join([str(scratch), usual])
 
 
 @dataclass
@@ -196,10 +220,11 @@ def run_playbook(
         atomic.write_text(path, unsafe_yaml(data), mode=0o600, within=private_dir)
     # ssh control sockets need a short path (108 bytes); the private dir can be deep
     control = tempfile.mkdtemp(prefix="rbcp")
+    collections = Path(tempfile.mkdtemp(prefix="rbcol"))
     bindir = str(Path(sys.executable).parent)
     envvars = {
         "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
-        "ANSIBLE_ROLES_PATH": str(content / "roles"),
+        "ANSIBLE_COLLECTIONS_PATH": link_collection(content, collections),
         "ANSIBLE_HOST_KEY_CHECKING": "True",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",
         "ANSIBLE_NOCOLOR": "1",
@@ -243,6 +268,7 @@ def run_playbook(
     finally:
         stop.restore()
         shutil.rmtree(control, ignore_errors=True)
+        shutil.rmtree(collections, ignore_errors=True)  # the link only, never what it points to
     artifacts = private_dir / "artifacts" / ("check" if check else "apply")
     try:
         stdout = (artifacts / "stdout").read_text(encoding="utf-8", errors="replace")

@@ -4,9 +4,11 @@ the SSH test hosts, and one way to run a playbook through ansible-runner.
 Everything Ansible writes (ANSIBLE_HOME, local and remote temp) goes under the test's
 tmp_path, its SSH control sockets under a short /tmp dir removed afterwards: the test hosts
 share this machine's filesystem, so a default would land in /root/.ansible on both sides.
-Roles are found the way the remedies find them: ANSIBLE_ROLES_PATH=<repo>/roles,
-project_dir=<repo>/playbooks. The background runs of ansible-lint and molecule are set up
-here too (see background.py).
+The playbooks name their roles by FQCN (nccl_runbook.fleet.*): a run from
+project_dir=<repo>/playbooks finds this checkout as that collection through
+playbooks/collections (Ansible's playbook-adjacent collections), as any `ansible-playbook
+playbooks/…` does. The background runs of ansible-lint and molecule are set up here too (see
+background.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from tests.hosts.harness import HostNetwork, TestHost
 
 REPO = Path(__file__).resolve().parents[2]
 PLAYBOOKS = REPO / "playbooks"
-ROLES = REPO / "roles"
 #: the venv running the tests: ansible-playbook, ansible-lint, molecule live next to python
 VENV_BIN = Path(sys.executable).parent
 
@@ -49,7 +50,6 @@ def ansible_environment(root: Path, control_dir: Path) -> dict[str, str]:
         # a master outliving its test host would only wait for its peer: keep it short
         "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=10s",
         "ANSIBLE_PIPELINING": "True",
-        "ANSIBLE_ROLES_PATH": str(ROLES),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "False",

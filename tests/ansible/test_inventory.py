@@ -70,7 +70,7 @@ def test_the_yaml_and_ini_examples_describe_the_same_bastioned_gpu_nodes(parsed)
     assert node["groups"] == ["all", "gpu_nodes"]
     assert node["vars"]["ansible_host"] == "10.40.3.17"
     assert "-o ProxyJump=ops@bastion.example.org" in node["vars"]["ansible_ssh_common_args"]
-    assert int(node["vars"]["nccl_ab_gpus"]) == 8
+    assert int(node["vars"]["nccl_ab_test_gpus"]) == 8
 
 
 def test_the_kubernetes_example_reaches_each_node_through_its_agent_pod(parsed) -> None:  # type: ignore[no-untyped-def]

@@ -1,4 +1,5 @@
-"""ansible-lint over the remedy content (roles/ and playbooks/) with the repository's
+"""ansible-lint over the collection's content (roles/, playbooks/, and galaxy.yml and
+meta/runtime.yml, which its galaxy and meta-runtime rules check) with the repository's
 .ansible-lint: production profile, offline (it must not reach Galaxy), its cache in an
 ANSIBLE_HOME under the test's temp dir. Runs in the background (tests/ansible/background.py).
 
@@ -23,7 +24,8 @@ def start_lint(runs: ToolRuns) -> ToolRun:
     work = runs.workdir("lint")
     env = {**os.environ, **ansible_environment(work / "ansible", runs.short_dir()), "NO_COLOR": "1"}
     env.pop("VIRTUAL_ENV", None)  # ansible-compat would cache under the venv otherwise
-    argv = [str(VENV_BIN / "ansible-lint"), "--offline", "--nocolor", "roles", "playbooks"]
+    argv = [str(VENV_BIN / "ansible-lint"), "--offline", "--nocolor", "roles", "playbooks",
+            "galaxy.yml", "meta"]
     return runs.spawn("lint", argv, cwd=REPO, env=env)
 
 

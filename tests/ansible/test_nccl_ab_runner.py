@@ -28,9 +28,9 @@ def test_check_mode_runs_nothing_then_the_real_run_records_ib_failing_and_socket
     calls = install_ab_all_reduce_perf(node)
     out = tmp_path / "ab"
     extravars = {
-        "nccl_ab_output_dir": str(out),
-        "nccl_ab_gpus": 4,
-        "nccl_ab_args": "-b 8M -e 64M -f 2",
+        "nccl_ab_test_output_dir": str(out),
+        "nccl_ab_test_gpus": 4,
+        "nccl_ab_test_args": "-b 8M -e 64M -f 2",
     }
     inventory = ssh_inventory(host_network, [node])
 

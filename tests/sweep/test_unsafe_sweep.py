@@ -60,7 +60,7 @@ def test_jinja_from_the_inventory_and_the_node_is_text_to_the_approved_remedy(
     approved = runbook(["approvals", "approve", proposal.id, "--no-recheck"], env, timeout=180)
     assert approved.rc == 0, approved.stdout + approved.stderr
     assert not marker.exists(), "the approved remedy ran a lookup from the node's output"
-    out = Path(proposal.plan["extravars"]["nccl_ab_output_dir"])
+    out = Path(proposal.plan["extravars"]["nccl_ab_test_output_dir"])
     assert out.is_relative_to(env["RUNBOOK_STATE_DIR"]), out
     assert not (tmp_path / "state-42").exists(), "the output directory was templated"
     assert sorted(p.name for p in out.iterdir()) == [name], "the host name was templated"

@@ -1,72 +1,161 @@
 #!/usr/bin/python
-"""Ansible module of the evidence_collect role: run a runbook's probes on the node and write
-the evidence bundle (nccl-runbook's DESIGN §4, format 1) into a directory, plus a .tar.gz of it.
+# Copyright: nccl-runbook maintainers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""nccl_runbook.fleet.evidence_bundle: run a runbook's probes on the node and write the evidence
+bundle (nccl-runbook's DESIGN §4, format 1) into a directory, plus a .tar.gz of it.
 
 Pure standard library (it runs on the node, where nccl-runbook is not installed). It writes
 what `runbook collect` writes for the same probes: each file, its `.rc` (exit status, or
 `timeout`) and a non-empty `.err`; a multi-file probe (a name with `*`, output in `tail -v`
 format) split into its files; `bundle.yaml` last, so a half-written bundle never looks whole.
+One module run per host: a task per probe would cost Ansible's ~0.2 s per task and host.
 """
 
-from __future__ import annotations
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
 
 DOCUMENTATION = r"""
 module: evidence_bundle
-short_description: Run a runbook's probes and write an nccl-runbook evidence bundle.
+short_description: Run a runbook's read-only probes and write an nccl-runbook evidence bundle
 description:
-  - Runs each probe (a shell command) on the node with its own timeout, a few at a time, each
-    in its own process group (a timed-out command's children are stopped too), and writes the
-    outputs as an evidence bundle directory plus a C(.tar.gz) of it.
-  - Read-only on the node apart from its output directory. Reports no change.
+  - Runs each probe (a shell command, as C(runbook collect-plan) renders it) on the node with
+    its own timeout, a few at a time, each in its own process group (a timed-out command's
+    children are stopped too), and writes the outputs as an evidence bundle directory (format
+    1, what C(runbook collect) writes) plus a C(.tar.gz) of it, in a private work directory.
+  - Read-only on the node apart from that work directory, which the caller removes after
+    fetching the archive (the module removes it itself when collecting fails). Reports no
+    change.
+  - In check mode the probes are validated and listed (RV(probes)), and nothing runs on the
+    node.
+version_added: 0.1.0
+author: nccl-runbook maintainers
+requirements:
+  - Python 3.7 or later on the node.
 options:
   probes:
-    description: The probes, as C(runbook collect-plan) renders them.
+    description:
+      - The probes, as C(runbook collect-plan) renders them (already shell-quoted; pass them
+        as C(!unsafe) so Ansible does not template them again).
+      - Each is a mapping with C(name) (the bundle file, relative; a C(*) marks a multi-file
+        probe whose output is in C(tail -v) format), C(command) (run with C(/bin/sh -c)) and
+        an optional C(timeout) in seconds (default 30).
+      - A probe named like an earlier one is run once.
     type: list
     elements: dict
     required: true
   parent:
     description:
       - Directory on the node in which a private work directory is made for C(bundle/) and
-        C(bundle.tar.gz) (default, the system's temporary directory). The caller removes the
-        work directory (RV(workdir)) once it has fetched the archive; on a failure the module
-        removes it itself.
+        C(bundle.tar.gz) (default, the system's temporary directory).
     type: path
   meta:
     description: Extra C(bundle.yaml) fields (pod, namespace, cgroup_dir).
     type: dict
     default: {}
   node:
-    description: The node's name when C(hostname) cannot tell it.
+    description: The node's name when the C(hostname.txt) probe cannot tell it.
     type: str
     default: ""
   parallel:
     description: Probes run at once.
     type: int
     default: 8
-author: nccl-runbook maintainers
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Validates and lists the probes; runs none.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - The P(nccl_runbook.fleet.evidence_collect#role) role runs this module, fetches the archive
+    and removes the work directory; C(runbook analyze-dir) then analyses the fetched bundles.
+"""
+
+EXAMPLES = r"""
+- name: Write the evidence bundle of the probes in plan.yml (runbook collect-plan -o plan.yml).
+  nccl_runbook.fleet.evidence_bundle:
+    probes: "{{ evidence_collect_probes }}"
+    meta:
+      pod: trainer-0
+      namespace: ml
+    node: "{{ inventory_hostname }}"
+  register: bundle
+
+- name: Fetch the archive to the controller.
+  ansible.builtin.fetch:
+    src: "{{ bundle.archive }}"
+    dest: "bundles/{{ inventory_hostname }}.tar.gz"
+    flat: true
+
+- name: Remove the work directory from the node.
+  ansible.builtin.file:
+    path: "{{ bundle.workdir }}"
+    state: absent
+
+- name: Check a plan without running it (check mode runs no probe).
+  nccl_runbook.fleet.evidence_bundle:
+    probes:
+      - name: hostname.txt
+        command: hostname
+      - name: dmesg.txt
+        command: dmesg -T
+        timeout: 60
+  check_mode: true
+  register: plan
 """
 
 RETURN = r"""
 workdir:
   description: The private work directory on the node (remove it after the fetch).
   type: str
-  returned: success
+  returned: success, not in check mode
+  sample: /tmp/runbook-evidence-k3j2x9a1
 bundle:
   description: The bundle directory on the node.
   type: str
-  returned: success
+  returned: success, not in check mode
+  sample: /tmp/runbook-evidence-k3j2x9a1/bundle
 archive:
   description: The bundle as a .tar.gz on the node.
   type: str
-  returned: success
+  returned: success, not in check mode
+  sample: /tmp/runbook-evidence-k3j2x9a1/bundle.tar.gz
+archive_size:
+  description: Size of RV(archive) in bytes.
+  type: int
+  returned: success, not in check mode
+  sample: 48213
+bundle_size:
+  description: Bytes of every file in RV(bundle), added up.
+  type: int
+  returned: success, not in check mode
+  sample: 391270
+files:
+  description: How many files RV(bundle) holds (outputs, C(.rc), C(.err), C(bundle.yaml)).
+  type: int
+  returned: success, not in check mode
+  sample: 61
 node:
   description: The node's name, as recorded in bundle.yaml.
   type: str
-  returned: success
+  returned: success, not in check mode
+  sample: gpu-node-07
 failed_probes:
   description: Probes that produced no evidence, with why (timed out, command not found).
   type: dict
+  returned: success, not in check mode
+  sample: {"nvidia-smi-q.txt": "command not found"}
+probes:
+  description: The names of the probes run (in check mode, that would be run), duplicates dropped.
+  type: list
+  elements: str
   returned: success
+  sample: ["hostname.txt", "dmesg.txt", "app/*.log"]
 """
 
 import datetime
@@ -212,17 +301,25 @@ def main():
         },
         supports_check_mode=True,
     )
-    if module.check_mode:
-        module.exit_json(changed=False, skipped=True, msg="check mode: nothing collected")
     probes, seen = [], set()
     for probe in module.params["probes"]:
         if "name" not in probe or "command" not in probe:
             module.fail_json(msg="each probe needs a name and a command: %r" % (probe,))
         if not safe_name(str(probe["name"]).replace("*", "x")):
             module.fail_json(msg="unsafe probe name %r" % (probe["name"],))
+        try:
+            float(probe.get("timeout") or 30.0)
+        except (TypeError, ValueError):
+            module.fail_json(msg="probe %r: timeout %r is not a number of seconds"
+                             % (probe["name"], probe["timeout"]))
         if probe["name"] not in seen:
             seen.add(probe["name"])
             probes.append(probe)
+    names = [str(probe["name"]) for probe in probes]
+    if module.check_mode:
+        # the plan is checked above; running a probe is never a check
+        module.exit_json(changed=False, probes=names,
+                         msg="check mode: %d probe(s) would run, none ran" % len(names))
     try:
         workdir = tempfile.mkdtemp(prefix="runbook-evidence-", dir=module.params["parent"])
     except OSError as exc:
@@ -285,8 +382,12 @@ def collect(module, probes, workdir):
     archive = os.path.join(workdir, "bundle.tar.gz")
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(root, arcname="bundle")
+    sizes = [os.path.getsize(os.path.join(top, name))
+             for top, _dirs, names in os.walk(root) for name in names]
     module.exit_json(changed=False, workdir=workdir, bundle=root, archive=archive, node=node,
-                     failed_probes=failed, files=len(os.listdir(root)))
+                     failed_probes=failed, files=len(sizes), bundle_size=sum(sizes),
+                     archive_size=os.path.getsize(archive),
+                     probes=[str(probe["name"]) for probe in probes])
 
 
 if __name__ == "__main__":
