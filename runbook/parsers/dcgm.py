@@ -444,7 +444,10 @@ def parse_diag(text: str, *, source: str = F_DIAG) -> DiagFacts:
 
 def _evidence(item: HealthIncident | DiagResult) -> dict[str, Any]:
     record: dict[str, Any] = to_jsonable(item)
-    record["role"] = "cause" if item.hardware else "context"
+    failing = getattr(item, "health", None) == "Failure" or getattr(item, "result", "") in (
+        "Fail", "Error")  # fmt: skip
+    # only a failure of the hardware blames; a warning or a software fault is context
+    record["role"] = "cause" if item.hardware and failing else "context"
     return record
 
 
@@ -460,7 +463,9 @@ def dcgm_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     """Available or not (never a finding), the GPUs DCGM sees, and its health incidents
     split into hardware failures, other failures and warnings."""
     probes = {name: files.get(name) for name in (F_DISCOVERY, F_HEALTH)}
-    collected = [r for r in probes.values() if is_collected(r)]
+    # `dcgmi: command not found` (exit 127) is no evidence of anything else, but it is the
+    # evidence that DCGM is not there
+    collected = [r for r in probes.values() if r is not None and r.collected]
     reasons = [unavailable_reason(r) for r in collected]
     out: dict[str, Any] = {
         "collected": bool(collected),
@@ -497,14 +502,14 @@ def dcgm_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
 def dcgm_diag_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     """The diag's results; a Fail that is the hardware's, apart from software faults."""
     result = files.get(F_DIAG)
-    out: dict[str, Any] = {"collected": is_collected(result)}
+    out: dict[str, Any] = {"collected": result is not None and result.collected}
+    reason = unavailable_reason(result)
+    if reason is not None:
+        out.update(available=False, unavailable_reason=reason)
+        return out
     if not is_collected(result):
         return out
-    reason = unavailable_reason(result)
-    out["available"] = reason is None
-    out["unavailable_reason"] = reason
-    if reason is not None:
-        return out
+    out.update(available=True, unavailable_reason=None)
     diag = parse_diag(result.stdout)
     out["ran"] = diag.recognized
     out["version"] = diag.version
