@@ -8,14 +8,8 @@ from typing import Any
 import pytest
 
 from runbook.parsers import registry
-from runbook.parsers.dcgm import (
-    F_DIAG,
-    F_DISCOVERY,
-    F_HEALTH,
-    parse_diag,
-    parse_discovery,
-    parse_health,
-)
+from runbook.parsers.dcgm import F_DISCOVERY, F_HEALTH, parse_discovery, parse_health
+from runbook.parsers.dcgm_diag import F_DIAG, parse_diag
 
 from .helpers import missing, result, roundtrip, sample, sample_lines
 
