@@ -53,6 +53,8 @@ _NO_HOSTENGINE = re.compile(
     re.IGNORECASE,
 )
 _NOT_WATCHED = re.compile(r"Health watches not enabled", re.IGNORECASE)
+
+
 # --- availability ---------------------------------------------------------------------------
 
 
