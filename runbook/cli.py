@@ -775,7 +775,8 @@ def _register_subcommands() -> None:
     import importlib
 
     for name in (
-        "runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume", "runbook.cli_list"
+        "runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume", "runbook.cli_list",
+        "runbook.cli_npd",
     ):
         try:
             module = importlib.import_module(name)

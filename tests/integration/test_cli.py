@@ -226,9 +226,9 @@ def test_runbooks_lists_the_shipped_runbooks_a_run_takes(cli) -> None:  # type: 
     assert listed.rc == 0, listed.stderr
     rows = {r["id"]: r for r in listed.json()}
     assert set(rows) == set(shipped()) and "nccl-init-failure" in rows
-    assert rows["nccl-init-failure"]["stages"] == 8 and "error" not in rows["nccl-init-failure"]
+    assert rows["nccl-init-failure"]["stages"] == 9 and "error" not in rows["nccl-init-failure"]
     text = cli("runbooks").stdout.splitlines()
-    assert any(line.startswith("nccl-init-failure ") and "(8 stages)" in line for line in text)
+    assert any(line.startswith("nccl-init-failure ") and "(9 stages)" in line for line in text)
     assert any(line.endswith("(1 stage)") for line in text), text  # counts agree in number
 
 

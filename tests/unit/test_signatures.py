@@ -18,6 +18,10 @@ SAMPLES = [
      "slurmstepd-gpu20-15: error: Detected 1 oom-kill event(s) in StepId=9411285.0. Some of your "
      "processes may have been killed by the cgroup out-of-memory handler.",
      "https://github.com/ZwwWayne/K-Net/issues/30"),
+    ("dcgm-diag-hardware-error",
+     "| Error                     | GPU 3 has uncorrectable memory errors and row  |",
+     "https://github.com/stas00/ml-engineering (compute/accelerator/nvidia/debug.md, "
+     "`srun ... dcgmi diag -r 3` on a node with repeating Xid 64)"),
     ("cuda-uncorrectable-ecc", "RuntimeError: CUDA error: uncorrectable ECC error encountered",
      "https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/194"),
     ("nccl-ib-verbs-failure", "misc/ibvwrap.cc:212 NCCL WARN Call to ibv_open_device failed",

@@ -1,0 +1,72 @@
+"""`runbook npd`: one read-only check of this node for node-problem-detector's custom plugin
+monitor (examples/node-problem-detector/): the runbook's walk, its verdict mapped to NPD's
+exit status and a one-line message (runbook.npd says which status means what).
+
+NPD runs its plugins on the node itself, every few minutes, so the check is local by default
+(`--target local --nsenter` from a privileged NPD pod reads the host's kernel log and tools).
+It only reads: no proposal is queued, no prompt is shown, no run directory is written (a check
+every five minutes must not fill the state dir), and every failure — a target that cannot be
+used, a runbook that does not load — is exit 2 with its one line on standard output, which is
+where NPD reads the message from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from runbook.cli import _open, _replay_context, parse_vars, target_options
+from runbook.errors import RunbookError
+
+
+@click.command("npd")
+@click.argument("runbook_ref", metavar="[RUNBOOK]", default="nccl-init-failure")
+@click.option(
+    "--target",
+    "-t",
+    default="local",
+    show_default=True,
+    help="The node to check: local (NPD runs on the node), ssh://…, kubectl://… or replay://BUNDLE.",
+)
+@click.option(
+    "--var",
+    "var_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Runbook variable (repeatable), as for `run`.",
+)
+@click.option(
+    "--max-output-length",
+    type=click.IntRange(min=20),
+    default=80,
+    show_default=True,
+    help="Longest message to print: NPD's pluginConfig.max_output_length (it cuts the rest).",
+)
+@target_options
+def npd(
+    runbook_ref: str, target: str, var_items: tuple[str, ...], max_output_length: int, **kw: Any
+) -> None:
+    """Check this node once for node-problem-detector: exit 0 OK, 1 a hardware fault that
+    warrants a drain (NPD sets the condition), 2 unknown (the check could not say)."""
+    from runbook import npd as mapping
+    from runbook.executor import execute
+    from runbook.spec import load_file, resolve
+
+    try:
+        variables = parse_vars(var_items)
+        runbook = load_file(resolve(runbook_ref))
+        transport = _open(target, kw)
+        try:
+            node, context = _replay_context(transport, variables)
+            result = execute(runbook, transport, variables=variables, context=context, node=node)
+        finally:
+            transport.close()
+        outcome = mapping.from_verdict(result.verdict, max_output_length)
+    except RunbookError as exc:
+        outcome = mapping.from_error(exc.one_line(), max_output_length)
+    click.echo(outcome.message)
+    raise SystemExit(outcome.status)
+
+
+COMMANDS = [npd]
