@@ -12,11 +12,13 @@ where NPD reads the message from.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import click
 
 from runbook.cli import _open, _replay_context, parse_vars, target_options
+from runbook.cli_options import format_option
 from runbook.errors import RunbookError
 
 
@@ -43,12 +45,19 @@ from runbook.errors import RunbookError
     show_default=True,
     help="Longest message to print: NPD's pluginConfig.max_output_length (it cuts the rest).",
 )
+@format_option("text", "json", default="text")
 @target_options
 def npd(
-    runbook_ref: str, target: str, var_items: tuple[str, ...], max_output_length: int, **kw: Any
+    runbook_ref: str,
+    target: str,
+    var_items: tuple[str, ...],
+    max_output_length: int,
+    fmt: str,
+    **kw: Any,
 ) -> None:
     """Check this node once for node-problem-detector: exit 0 OK, 1 a hardware fault that
-    warrants a drain (NPD sets the condition), 2 unknown (the check could not say)."""
+    warrants a drain (NPD sets the condition), 2 unknown (the check could not say).
+    --format json (for other health agents): {"status", "condition", "message"}, same exit."""
     from runbook import npd as mapping
     from runbook.executor import execute
     from runbook.spec import load_file, resolve
@@ -65,7 +74,13 @@ def npd(
         outcome = mapping.from_verdict(result.verdict, max_output_length)
     except RunbookError as exc:
         outcome = mapping.from_error(exc.one_line(), max_output_length)
-    click.echo(outcome.message)
+    if fmt == "json":
+        condition = {0: "OK", 1: "NonOK", 2: "Unknown"}[outcome.status]
+        click.echo(json.dumps(
+            {"status": outcome.status, "condition": condition, "message": outcome.message}
+        ))  # fmt: skip
+    else:
+        click.echo(outcome.message)
     raise SystemExit(outcome.status)
 
 

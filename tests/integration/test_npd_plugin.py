@@ -164,3 +164,13 @@ def test_a_check_that_cannot_run_is_unknown_with_its_reason_on_stdout(target: st
     (line,) = proc.stdout.splitlines()
     assert line.startswith("check failed: ") and len(line) <= 80
     assert "Traceback" not in proc.stderr
+
+
+def test_json_gives_the_same_status_and_message_for_other_health_agents() -> None:
+    argv = rule_argv(f"replay://{BUNDLES / 'gpu-hardware-xid79'}")
+    text = npd(argv)
+    as_json = npd([*argv, "--format", "json"])
+    assert as_json.returncode == text.returncode == 1
+    assert json.loads(as_json.stdout) == {
+        "status": 1, "condition": "NonOK", "message": text.stdout.strip()
+    }  # fmt: skip
