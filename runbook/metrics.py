@@ -23,6 +23,7 @@ inconclusive or unknown one. Rendering is pure; `write_textfile` is the I/O edge
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -140,13 +141,17 @@ def metric_names(text: str) -> set[str]:
     }
 
 
-def read_previous(paths: Iterable[Path]) -> list[str]:
-    """The texts of the metrics files at `paths` that exist and can be read (an unreadable one
-    is as good as absent: it only loses what it would have carried over)."""
+def read_previous(paths: Iterable[Path], *, limit: int = 1 << 20) -> list[str]:
+    """The texts of the metrics files at `paths` that exist and can be read, each opened
+    without following a link (a link placed at the name is not ours to read) and read up to
+    `limit` bytes. An unreadable one is as good as absent: it only loses what it would have
+    carried over."""
     texts = []
     for path in paths:
         try:
-            texts.append(path.read_text(encoding="utf-8"))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as handle:
+                texts.append(handle.read(limit).decode("utf-8"))
         except (OSError, UnicodeDecodeError):
             continue
     return texts

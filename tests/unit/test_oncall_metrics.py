@@ -95,3 +95,11 @@ def test_notices_due_queued_once_and_expiring_within_the_window() -> None:
 def test_a_webhook_url_is_shown_without_its_path_or_query() -> None:
     url = "https://hooks.slack.com:8443/services/T0/B0/s3cr3t?token=abc"
     assert notify.shown_url(url) == "https://hooks.slack.com:8443/…"
+
+
+def test_an_earlier_file_is_read_but_never_through_a_link(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    real = tmp_path / "real.prom"
+    real.write_text(f"{LAST_SUCCESS} 77\n")
+    (tmp_path / "linked.prom").symlink_to(real)
+    texts = metrics.read_previous([tmp_path / "linked.prom", real, tmp_path / "absent.prom"])
+    assert texts == [f"{LAST_SUCCESS} 77\n"]
