@@ -64,24 +64,27 @@ def publish(
     warn: Callable[[str], None] = _stderr,
     now: float | None = None,
 ) -> Published:
-    """Write the queue's metrics file and send the notices due (see the module docstring)."""
+    """Write the queue's metrics file and send the notices due (see the module docstring).
+    Never raises: whatever goes wrong here (a store locked past its timeout included) is one
+    warning line, and the command that changed the queue has done its work already."""
     if config.textfile_dir is None and not config.notify.webhook_url:
         return Published()
     try:
-        pending = store.list(states=("pending",))
-    except RunbookError as exc:
-        warn(f"approval queue not published: {exc.one_line()}")
+        return _publish(config, store, warn, time.time() if now is None else now)
+    except Exception as exc:
+        why = exc.one_line() if isinstance(exc, RunbookError) else f"{type(exc).__name__}: {exc}"
+        warn(f"approval queue not published: {why}")
         return Published()
-    moment = time.time() if now is None else now
+
+
+def _publish(config: Config, store: Any, warn: Callable[[str], None], moment: float) -> Published:
+    pending = store.list(states=("pending",))
     written = None
     if config.textfile_dir is not None:
         written = write_queue_metrics(config.textfile_dir, pending, moment, warn)
     sent = 0
     if config.notify.webhook_url:
-        try:
-            sent = send_notices(config, store, pending, moment, warn)
-        except RunbookError as exc:  # the store's record of notices: locked, disk full
-            warn(f"notices not recorded: {exc.one_line()}")
+        sent = send_notices(config, store, pending, moment, warn)
     return Published(len(pending), written, sent)
 
 

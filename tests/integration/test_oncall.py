@@ -250,3 +250,20 @@ def test_a_webhook_url_that_is_not_http_is_refused_in_one_line_without_the_url(c
     assert bad.rc == 2
     assert bad.stderr.count("\n") == 1 and "expected an http:// or https:// URL" in bad.stderr
     no_token(bad.stderr)
+
+
+def test_a_textfile_directory_that_cannot_be_written_is_a_warning_not_a_failure(
+    cli, tmp_path: Path, receiver: Receiver
+) -> None:  # type: ignore[no-untyped-def]
+    blocked = tmp_path / "not-a-dir"
+    blocked.write_text("a file where the directory should be\n")
+    # the flag refuses a file at once (usage, exit 2); the environment's setting is only
+    # found wanting when the metrics are written, after the run did its work
+    refused = queue(cli, tmp_path, receiver, "--textfile-dir", str(blocked))
+    assert refused.rc == 2 and "is a file" in refused.stderr
+    assert receiver.posts == []
+    run = queue(cli, tmp_path, receiver, RUNBOOK_TEXTFILE_DIR=str(blocked))
+    assert run.rc == 0, run.stderr
+    (warning,) = [line for line in run.stderr.splitlines() if "warning" in line]
+    assert warning.startswith(f"runbook: warning: metrics not written to {blocked}: ")
+    assert len(receiver.posts) == 1  # the notice went out all the same
