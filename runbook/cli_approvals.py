@@ -117,7 +117,7 @@ def textfile_dir_option(func: F) -> F:
         "--textfile-dir", "textfile_dir", type=click.Path(file_okay=False),
         help="node_exporter's textfile collector directory: the approval queue's metrics "
         "(runbook-approvals.prom) and a sweep's runbook.prom are replaced there atomically "
-        "(default: $RUNBOOK_TEXTFILE_DIR, else metrics.textfile_dir in the config).",
+        "(default: metrics.textfile_dir in the config).",
     )  # fmt: skip
     return cast(F, option(command))
 
@@ -388,8 +388,9 @@ def recover_cmd(
 @approvals.command("publish")
 @_db_option
 @textfile_dir_option
+@format_option("text", "json", default="text")
 @click.pass_context
-def publish_cmd(ctx: click.Context) -> None:
+def publish_cmd(ctx: click.Context, fmt: str) -> None:
     """Write the queue's metrics and send the notices due (queued; about to expire), changing
     no proposal. Every command that changes the queue does this on its way out; run this from
     a timer too, so that a queue nobody touches still warns before its proposals expire."""
@@ -406,6 +407,13 @@ def publish_cmd(ctx: click.Context) -> None:
         )
     with Store(cfg.db) as store:
         done = publish(cfg, store)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "pending": done.pending,
+            "metrics_file": str(done.metrics_file) if done.metrics_file else None,
+            "notices_sent": done.notices_sent if cfg.notify.webhook_url else None,
+        }, indent=2))
+        return
     click.echo(
         f"{done.pending} pending"
         + (f"; metrics: {done.metrics_file}" if done.metrics_file else "")

@@ -241,8 +241,10 @@ def test_a_proposal_about_to_expire_is_announced_once(
     expiring = receiver.posts[1]
     assert expiring["proposal"] == pid
     assert "expires in 59 min" in expiring["text"] or "expires in 1 h 00 min" in expiring["text"]
-    again = cli("approvals", "publish", extra_env={"RUNBOOK_WEBHOOK_URL": receiver.url})
-    assert again.rc == 0 and "0 notices sent" in again.stdout, again.stdout + again.stderr
+    again = cli("approvals", "publish", "--format", "json",
+                extra_env={"RUNBOOK_WEBHOOK_URL": receiver.url})
+    assert again.rc == 0, again.stderr
+    assert again.json() == {"pending": 1, "metrics_file": None, "notices_sent": 0}
     assert len(receiver.posts) == 2
 
 
@@ -258,12 +260,14 @@ def test_a_textfile_directory_that_cannot_be_written_is_a_warning_not_a_failure(
 ) -> None:  # type: ignore[no-untyped-def]
     blocked = tmp_path / "not-a-dir"
     blocked.write_text("a file where the directory should be\n")
-    # the flag refuses a file at once (usage, exit 2); the environment's setting is only
-    # found wanting when the metrics are written, after the run did its work
-    refused = queue(cli, tmp_path, receiver, "--textfile-dir", str(blocked))
+    # the flag (and its variable, RUNBOOK_TEXTFILE_DIR) refuses a file at once (usage, exit
+    # 2); the config file's setting is only found wanting when the metrics are written, after
+    # the run did its work
+    refused = queue(cli, tmp_path, receiver, RUNBOOK_TEXTFILE_DIR=str(blocked))
     assert refused.rc == 2 and "is a file" in refused.stderr
     assert receiver.posts == []
-    run = queue(cli, tmp_path, receiver, RUNBOOK_TEXTFILE_DIR=str(blocked))
+    config(tmp_path, f"metrics:\n  textfile_dir: {blocked}\n")
+    run = queue(cli, tmp_path, receiver)
     assert run.rc == 0, run.stderr
     (warning,) = [line for line in run.stderr.splitlines() if "warning" in line]
     assert warning.startswith(f"runbook: warning: metrics not written to {blocked}: ")
