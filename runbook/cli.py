@@ -25,6 +25,7 @@ import click
 from rich.console import Console
 
 from runbook import __version__
+from runbook.cli_approvals import textfile_dir_option
 from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
 from runbook.errors import RunbookError, UsageError
 from runbook.output import count, output_console, verbosity
@@ -344,6 +345,7 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
 @format_option("text", "json", default="text")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
+@textfile_dir_option
 @job_options
 @target_options
 @click.pass_context

@@ -7,11 +7,12 @@ ran), a failed execution or a broken audit chain; 2 usage (unknown ID, bad flags
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
 from rich.console import Console
@@ -90,6 +91,35 @@ _db_option = click.option(
     "--db", type=click.Path(dir_okay=False), expose_value=False, callback=_set_db,
     is_eager=True, help="Approval store (SQLite) to use.",
 )  # fmt: skip
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def textfile_dir_option(func: F) -> F:
+    """`--textfile-dir DIR` on a command that changes the approval queue or sweeps: where
+    node_exporter's textfile collector reads. Set for the command's run only, it reaches every
+    configuration the command loads (runbook.config.flag_settings), the ones deep in a job run
+    included, and nothing after it."""
+
+    @functools.wraps(func)
+    def command(*args: Any, textfile_dir: str | None = None, **kwargs: Any) -> Any:
+        if not textfile_dir:
+            return func(*args, **kwargs)
+        settings = config_mod.flag_settings.get()
+        token = config_mod.flag_settings.set({**settings, "textfile_dir": textfile_dir})
+        try:
+            return func(*args, **kwargs)
+        finally:
+            config_mod.flag_settings.reset(token)
+
+    option = click.option(
+        "--textfile-dir", "textfile_dir", type=click.Path(file_okay=False),
+        help="node_exporter's textfile collector directory: the approval queue's metrics "
+        "(runbook-approvals.prom) and a sweep's runbook.prom are replaced there atomically "
+        "(default: metrics.textfile_dir in the config).",
+    )  # fmt: skip
+    return cast(F, option(command))
 
 
 def _a_reason(text: str) -> str:
@@ -258,6 +288,7 @@ def report_execution(console: Console, execution: Any) -> None:
 
 @approvals.command("approve")
 @_db_option
+@textfile_dir_option
 @click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
               "the OS user), e.g. behind a shared account.")
@@ -310,6 +341,7 @@ def approve_cmd(
 
 @approvals.command("deny")
 @_db_option
+@textfile_dir_option
 @click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--reason", required=True, help="Why (recorded in the audit trail).")
 @click.option(
@@ -332,6 +364,7 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None, fmt
 
 @approvals.command("recover")
 @_db_option
+@textfile_dir_option
 @click.argument("pid", metavar="ID", shell_complete=complete_proposal)
 @click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
 @click.option("--force", is_flag=True,
@@ -350,6 +383,42 @@ def recover_cmd(
         click.echo(json.dumps(p.as_dict(), indent=2, default=str))
         return
     click.echo(f"{p.id} recovered: failed ({(p.result or {}).get('error')})")
+
+
+@approvals.command("publish")
+@_db_option
+@textfile_dir_option
+@format_option("text", "json", default="text")
+@click.pass_context
+def publish_cmd(ctx: click.Context, fmt: str) -> None:
+    """Write the queue's metrics and send the notices due (queued; about to expire), changing
+    no proposal. Every command that changes the queue does this on its way out; run this from
+    a timer too, so that a queue nobody touches still warns before its proposals expire."""
+    from runbook.errors import UsageError
+    from runbook.oncall import publish
+    from runbook.remedies.store import Store
+
+    obj = ctx.find_root().obj or {}
+    cfg = config_mod.load(Path(obj["config"]) if obj.get("config") else None, db=ctx.obj.get("db"))
+    if cfg.textfile_dir is None and not cfg.notify.webhook_url:
+        raise UsageError(
+            "nothing to publish to: give --textfile-dir DIR, or set metrics.textfile_dir or "
+            "notify.webhook_url in the config (or RUNBOOK_TEXTFILE_DIR, RUNBOOK_WEBHOOK_URL)"
+        )
+    with Store(cfg.db) as store:
+        done = publish(cfg, store)
+    if fmt == "json":
+        click.echo(json.dumps({
+            "pending": done.pending,
+            "metrics_file": str(done.metrics_file) if done.metrics_file else None,
+            "notices_sent": done.notices_sent if cfg.notify.webhook_url else None,
+        }, indent=2))
+        return
+    click.echo(
+        f"{done.pending} pending"
+        + (f"; metrics: {done.metrics_file}" if done.metrics_file else "")
+        + (f"; {done.notices_sent} notices sent" if cfg.notify.webhook_url else "")
+    )
 
 
 @click.group()

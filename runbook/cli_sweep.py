@@ -22,6 +22,7 @@ from typing import Any
 import click
 
 from runbook import atomic
+from runbook.cli_approvals import textfile_dir_option
 from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
 from runbook.errors import UsageError
 from runbook.output import count
@@ -40,13 +41,21 @@ def _default_report_dir(kind: str, runbook_id: str) -> Path:
     return state_dir() / "sweeps" / f"{stamp}-{kind}-{runbook_id}-{secrets.token_hex(3)}"
 
 
-def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> None:
-    """Write the four reports, print the result, exit with the sweep's code. `checkpoint`
-    (a sweep's progress.jsonl) is marked finished once the reports are written."""
+def _finish(
+    sweep: Any,
+    report_dir: Path,
+    fmt: str,
+    checkpoint: Any = None,
+    *,
+    textfile_dir: Path | None = None,
+) -> None:
+    """Write the four reports (and runbook.prom into `textfile_dir`), print the result, exit
+    with the sweep's code. `checkpoint` (a sweep's progress.jsonl) is marked finished once
+    the reports are written."""
     from runbook.sweep.reports import write_reports
     from runbook.sweep.results import NOT_SWEPT, Status, ordered_findings
 
-    written = write_reports(sweep, report_dir)
+    written = write_reports(sweep, report_dir, textfile_dir=textfile_dir)
     if checkpoint is not None:
         checkpoint.finish()
     if fmt == "json":
@@ -96,6 +105,14 @@ def _finish(sweep: Any, report_dir: Path, fmt: str, checkpoint: Any = None) -> N
 def _counted(status: str, n: int) -> str:
     """`2 findings`, `1 healthy`, `3 unreachable`: a status count that agrees in number."""
     return count(n, "finding") if status == "finding" else f"{n} {status}"
+
+
+def _textfile_dir(ctx: click.Context) -> Path | None:
+    """The textfile directory the configuration (or --textfile-dir) names, if any."""
+    from runbook import config as config_mod
+
+    obj = ctx.find_root().obj or {}
+    return config_mod.load(Path(obj["config"]) if obj.get("config") else None).textfile_dir
 
 
 def _progress(title: str) -> Any:
@@ -223,6 +240,7 @@ def ssh_config_options(given: str | None) -> dict[str, Any]:
 )
 @click.option("--context", "kube_context", help="kubectl context.")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
+@textfile_dir_option
 @click.option(
     "--inventory-timeout",
     type=click.FloatRange(min=1),
@@ -381,7 +399,7 @@ def sweep(
                     on_host=checkpoint.host_done,
                     resumed_from=resumed_from,
                 )
-            _finish(result, out, fmt, checkpoint)
+            _finish(result, out, fmt, checkpoint, textfile_dir=cfg.textfile_dir)
         except KeyboardInterrupt as exc:  # ^C, SIGTERM: every host finished is in progress.jsonl
             from runbook.interrupt import as_interrupted
 
@@ -454,12 +472,14 @@ def _earlier_sweep(
     help="Directory for the merged reports.",
 )
 @format_option("text", "json", default="text")
-def sweep_merge(dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
+@textfile_dir_option
+@click.pass_context
+def sweep_merge(ctx: click.Context, dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
     """Join shard reports (directories holding sweep.json) into one set of reports."""
     from runbook.sweep.merge import merge, read_report
 
     merged = merge([read_report(Path(d)) for d in dirs])
-    _finish(merged, Path(report_dir), fmt)
+    _finish(merged, Path(report_dir), fmt, textfile_dir=_textfile_dir(ctx))
 
 
 @click.command("analyze-dir")
@@ -480,7 +500,10 @@ def sweep_merge(dirs: tuple[str, ...], report_dir: str, fmt: str) -> None:
     help="Bundles analysed at once.",
 )
 @var_option()
+@textfile_dir_option
+@click.pass_context
 def analyze_dir(
+    ctx: click.Context,
     directory: str,
     runbook_ref: str,
     report_dir: str | None,
@@ -504,7 +527,7 @@ def analyze_dir(
         forks=forks,
         observer=_progress(f"analyze {runbook.id}"),
     )
-    _finish(result, out, fmt)
+    _finish(result, out, fmt, textfile_dir=_textfile_dir(ctx))
 
 
 @click.command("collect-plan")

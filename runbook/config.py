@@ -18,6 +18,14 @@ Read from `$RUNBOOK_CONFIG`, else `$XDG_CONFIG_HOME/nccl-runbook/config.yaml` (u
     kubernetes:
       kubeconfig: ~/.kube/config
       context: prod-gpu
+    metrics:
+      textfile_dir: /var/lib/node_exporter/textfile_collector   # or $RUNBOOK_TEXTFILE_DIR,
+                                               # or --textfile-dir DIR on the command
+    notify:
+      webhook_url: https://hooks.example.org/…  # or $RUNBOOK_WEBHOOK_URL; never logged whole
+      format: json                             # json (generic) | slack; or $RUNBOOK_WEBHOOK_FORMAT
+      expiry_window: 2h                        # notice when a pending proposal expires within
+      timeout: 2s                              # one attempt's limit (3 attempts, 5 s in all)
 
 The state dir is `$RUNBOOK_STATE_DIR`, else `$XDG_STATE_HOME/nccl-runbook`
 (`~/.local/state/nccl-runbook`).
@@ -28,8 +36,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import yaml
@@ -73,6 +83,25 @@ class DrainGuard:
     pool_selector: str = "nvidia.com/gpu.present=true"
 
 
+WEBHOOK_FORMATS = ("json", "slack")
+
+#: settings given as flags (`--textfile-dir`): they win over the environment and the file, and
+#: reach every `load` the command makes, the ones deep in a job run included
+flag_settings: ContextVar[Mapping[str, str]] = ContextVar(
+    "flag_settings", default=MappingProxyType({})
+)
+
+
+@dataclass(frozen=True)
+class Notify:
+    """Where and how notices of the approval queue are sent (runbook.notify)."""
+
+    webhook_url: str | None = None
+    format: str = "json"
+    expiry_window: float = 2 * 3600.0
+    timeout: float = 2.0
+
+
 @dataclass(frozen=True)
 class Config:
     db: Path
@@ -85,6 +114,9 @@ class Config:
     kubeconfig: str | None = None
     kube_context: str | None = None
     source: Path | None = None
+    #: node_exporter's textfile collector directory: the queue's and the sweep's metrics
+    textfile_dir: Path | None = None
+    notify: Notify = field(default_factory=Notify)
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -138,6 +170,12 @@ def load(path: Path | None = None, *, db: str | None = None) -> Config:
             f"config {source}: drain: max_cordoned must be >= 0 and max_fraction in (0, 1]"
         )
     kube = _mapping(raw.get("kubernetes"), f"config {source}: kubernetes")
+    metrics = _mapping(raw.get("metrics"), f"config {source}: metrics")
+    textfile = (
+        flag_settings.get().get("textfile_dir")
+        or os.environ.get("RUNBOOK_TEXTFILE_DIR")
+        or metrics.get("textfile_dir")
+    )
     return Config(
         db=db_path,
         audit_log=audit_path,
@@ -148,4 +186,33 @@ def load(path: Path | None = None, *, db: str | None = None) -> Config:
         kubeconfig=os.path.expanduser(str(kube["kubeconfig"])) if kube.get("kubeconfig") else None,
         kube_context=str(kube["context"]) if kube.get("context") else None,
         source=source if source.exists() else None,
+        textfile_dir=Path(os.path.expanduser(str(textfile))) if textfile else None,
+        notify=_notify(_mapping(raw.get("notify"), f"config {source}: notify"), source),
+    )
+
+
+def _notify(raw: Mapping[str, Any], source: Path) -> Notify:
+    """The webhook settings; the environment wins over the file (a URL holding a token is
+    better kept out of a file others read). A bad value is a usage error naming its key, never
+    the URL itself."""
+    url = os.environ.get("RUNBOOK_WEBHOOK_URL") or raw.get("webhook_url") or None
+    fmt = str(os.environ.get("RUNBOOK_WEBHOOK_FORMAT") or raw.get("format") or "json")
+    if url is not None:
+        url = str(url)
+        if not re.match(r"^https?://[^/\s]+", url):
+            raise UsageError(
+                f"config {source}: notify.webhook_url (or RUNBOOK_WEBHOOK_URL): "
+                "expected an http:// or https:// URL"
+            )
+    if fmt not in WEBHOOK_FORMATS:
+        raise UsageError(
+            f"config {source}: notify.format (or RUNBOOK_WEBHOOK_FORMAT) {fmt!r}: "
+            f"expected one of {', '.join(WEBHOOK_FORMATS)}"
+        )
+    where = f"config {source}: notify"
+    return Notify(
+        webhook_url=url,
+        format=fmt,
+        expiry_window=parse_duration(raw.get("expiry_window", "2h"), what=f"{where}.expiry_window"),
+        timeout=parse_duration(raw.get("timeout", "2s"), what=f"{where}.timeout"),
     )

@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc)
+# prometheus: for promtool (check rules/metrics, test rules; Debian ships no promtool alone);
+# its service is not started (policy-rc.d below)
+apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc prometheus)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -87,18 +87,27 @@ class Desk:
         self, config: Config, *, remedies_dir: Path | None = None, readonly: bool = False
     ) -> None:
         self.config = config
+        self.readonly = readonly
         self.store = Store(config.db, readonly=readonly)
         self.audit = AuditLog(config.audit_log)
         self.remedies_dir = remedies_dir or config.db.parent / "remedies"
 
-    def close(self) -> None:
-        self.store.close()
+    def close(self, *, publish: bool = True) -> None:
+        """`publish`: the queue, as this desk leaves it, to its metrics file and webhook
+        (runbook.oncall; never raises). Not after an interrupt: the user asked to stop."""
+        try:
+            if publish and not self.readonly:
+                from runbook.oncall import publish as publish_queue
+
+                publish_queue(self.config, self.store)
+        finally:
+            self.store.close()
 
     def __enter__(self) -> Desk:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(publish=kind is None or not issubclass(kind, KeyboardInterrupt))
 
     def record(
         self, event: str, proposal: str | None, actor: str | None, data: Mapping[str, Any]

@@ -15,6 +15,11 @@ start time): a proposal left `running` by a process that is gone (SIGKILLed mid-
 failed audit write after the claim) is seen as such and can be recovered — marked failed,
 never re-run — by `recover`.
 
+Notices of the queue (runbook.notify: a proposal queued, a proposal about to expire) are
+recorded in `notices`, one row per proposal and notice: claimed before it is sent, so two
+processes publishing at once send it once; marked sent after; released when the webhook
+gave up, so the next command tries again. A store made before that table gets it on opening.
+
 The database and its directory are created owner-only (0600/0700); WAL mode lets `list` read
 while an execution writes.
 """
@@ -72,6 +77,13 @@ CREATE TABLE IF NOT EXISTS proposals (
 );
 CREATE INDEX IF NOT EXISTS proposals_state ON proposals(state);
 CREATE UNIQUE INDEX IF NOT EXISTS proposals_one_pending ON proposals(key) WHERE state = 'pending';
+CREATE TABLE IF NOT EXISTS notices (
+    proposal    TEXT NOT NULL,
+    notice      TEXT NOT NULL,          -- queued | expiring
+    claimed_at  REAL NOT NULL,
+    sent_at     REAL,                   -- NULL: claimed, being sent (or its sender died)
+    PRIMARY KEY (proposal, notice)
+);
 CREATE TABLE IF NOT EXISTS audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     seq  INTEGER NOT NULL,
@@ -469,7 +481,43 @@ class Store:
                 (seq, digest),
             )
 
+    def claim_notice(self, pid: str, notice: str, *, stale_after: float = 120.0) -> bool:
+        """True when this process is to send `notice` of `pid`: never sent, and not being
+        sent by another process (a claim older than `stale_after` seconds, whose sender
+        died before marking it, is taken over)."""
+        now = time.time()
+        with self._tx() as db:
+            cur = db.execute(
+                "INSERT INTO notices (proposal, notice, claimed_at) VALUES (?, ?, ?) "
+                "ON CONFLICT(proposal, notice) DO UPDATE SET claimed_at=excluded.claimed_at "
+                "WHERE notices.sent_at IS NULL AND notices.claimed_at < ?",
+                (pid, notice, now, now - stale_after),
+            )
+            return cur.rowcount == 1
+
+    def notice_sent(self, pid: str, notice: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "UPDATE notices SET sent_at=? WHERE proposal=? AND notice=?",
+                (time.time(), pid, notice),
+            )
+
+    def release_notice(self, pid: str, notice: str) -> None:
+        """A claimed notice that could not be delivered: due again at the next command."""
+        with self._tx() as db:
+            db.execute(
+                "DELETE FROM notices WHERE proposal=? AND notice=? AND sent_at IS NULL",
+                (pid, notice),
+            )
+
     # ----------------------------------------------------------------------------- reading
+    def sent_notices(self) -> set[tuple[str, str]]:
+        """(proposal, notice) of every notice already sent."""
+        rows = self._db.execute(
+            "SELECT proposal, notice FROM notices WHERE sent_at IS NOT NULL"
+        ).fetchall()
+        return {(str(r["proposal"]), str(r["notice"])) for r in rows}
+
     def audit_head(self) -> Anchor | None:
         row = self._db.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
         return Anchor(int(row["seq"]), str(row["hash"])) if row else None

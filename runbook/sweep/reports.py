@@ -1,13 +1,14 @@
 """The four reports of a sweep under one directory, each replaced atomically (a reader — the
 textfile collector, a CI job — never sees half a file): sweep.json, sweep.md, junit.xml,
-runbook.prom."""
+runbook.prom; and runbook.prom again into node_exporter's textfile directory when one is
+configured (runbook.metrics.write_textfile: the same temporary + fsync + rename)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from runbook import atomic
+from runbook import atomic, metrics
 from runbook.errors import disk_full_as_error
 from runbook.sweep import report_junit, report_md, report_prom
 from runbook.sweep.results import SweepResult
@@ -32,14 +33,27 @@ def render_json(sweep: SweepResult) -> str:
     return head[:-2] + ',\n  "hosts": [\n' + lines + ("\n" if lines else "") + "  ]\n}\n"
 
 
-def write_reports(sweep: SweepResult, directory: Path) -> dict[str, Path]:
+def render_prom(sweep: SweepResult, places: list[Path]) -> str:
+    """runbook.prom, carrying over the last success the files it replaces at `places` hold."""
+    previous = report_prom.previous_success(metrics.read_previous(places))
+    return report_prom.render(sweep, previous=previous)
+
+
+def write_reports(
+    sweep: SweepResult, directory: Path, *, textfile_dir: Path | None = None
+) -> dict[str, Path]:
     """Each report replaced whole; a full disk is a DiskFullError, and the reports of the
-    last sweep that fitted stay as they were."""
+    last sweep that fitted stay as they were. `textfile_dir`: its runbook.prom is read for
+    the last success to carry over, and replaced by the same text after the reports (a
+    failure there is a warning, runbook.oncall.write_metrics: not the sweep's outcome)."""
+    places = [directory / "runbook.prom"]
+    if textfile_dir is not None:
+        places.append(textfile_dir / metrics.SWEEP_FILE)
     rendered = {
         "sweep.json": render_json(sweep),
         "sweep.md": report_md.render(sweep),
         "junit.xml": report_junit.render(sweep),
-        "runbook.prom": report_prom.render(sweep),
+        "runbook.prom": render_prom(sweep, places),
     }
     written = {}
     with disk_full_as_error(directory):
@@ -48,4 +62,10 @@ def write_reports(sweep: SweepResult, directory: Path) -> dict[str, Path]:
             path = directory / name
             _replace(path, rendered[name])
             written[name] = path
+    if textfile_dir is not None:
+        from runbook.oncall import write_metrics
+
+        copy = write_metrics(textfile_dir, metrics.SWEEP_FILE, rendered["runbook.prom"])
+        if copy is not None:
+            written["textfile"] = copy
     return written

@@ -25,6 +25,8 @@ def parses(argv: list[str]) -> click.Context:
     """Parse a `runbook …` command line with the real CLI, running nothing."""
     assert argv[0].endswith("runbook"), argv
     command = cli.commands[argv[1]]
+    if isinstance(command, click.Group):  # `runbook approvals publish …`
+        return command.commands[argv[2]].make_context(argv[2], argv[3:])
     return command.make_context(argv[1], argv[2:])
 
 
@@ -41,7 +43,10 @@ def test_the_systemd_service_and_timer() -> None:
     assert ctx.params["forks"] == 64 and ctx.params["inventory"]
     assert service["Service"]["Type"] == "oneshot"
     assert set(service["Service"]["SuccessExitStatus"].split()) == {"1", "3"}
-    assert "runbook.prom" in service["Service"]["ExecStartPost"]
+    # runbook writes the metrics atomically itself; a copy by install/cp afterwards is not
+    assert ctx.params["textfile_dir"] == "/var/lib/node_exporter/textfile_collector"
+    assert "ExecStartPost" not in service["Service"]
+    assert ctx.params["textfile_dir"] in service["Service"]["ReadWritePaths"].split()
     assert timer["Timer"]["OnCalendar"] and timer["Timer"]["Persistent"] == "true"
     assert timer["Install"]["WantedBy"] == "timers.target"
 
@@ -55,9 +60,29 @@ def test_the_cron_line() -> None:
     (line,) = lines
     fields = line.split(None, 6)
     assert fields[5] == "runbook"  # /etc/cron.d names the user
-    command = fields[6].split(">>", 1)[0]
+    command, after = fields[6].split(">>", 1)
     ctx = parses(shlex.split(command))
-    assert ctx.info_name == "sweep" and ctx.params["report_dir"]
+    assert ctx.info_name == "sweep" and ctx.params["report_dir"] and ctx.params["textfile_dir"]
+    assert ";" not in after and "install" not in after  # no copy after the sweep
+
+
+def test_the_approval_queue_is_published_on_a_timer_and_from_cron() -> None:
+    service = _unit("runbook-approvals-publish.service")
+    timer = _unit("runbook-approvals-publish.timer")
+    ctx = parses(shlex.split(service["Service"]["ExecStart"]))
+    assert ctx.info_name == "publish"
+    assert ctx.params["textfile_dir"] in service["Service"]["ReadWritePaths"].split()
+    assert service["Service"]["EnvironmentFile"].startswith("-/")  # the webhook, optional
+    assert timer["Timer"]["OnCalendar"] and timer["Install"]["WantedBy"] == "timers.target"
+    (line,) = [
+        line
+        for line in (EXAMPLES / "runbook-approvals-publish.cron").read_text().splitlines()
+        if line and not line.startswith("#") and not re.match(r"^[A-Z_]+=", line)
+    ]
+    fields = line.split(None, 6)
+    assert fields[5] == "runbook"
+    ctx = parses(shlex.split(fields[6].split(">>", 1)[0]))
+    assert ctx.params["textfile_dir"]
 
 
 def _docs() -> list[dict[str, Any]]:
