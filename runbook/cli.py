@@ -25,8 +25,13 @@ import click
 from rich.console import Console
 
 from runbook import __version__
-from runbook.cli_approvals import textfile_dir_option
-from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
+from runbook.cli_options import (
+    complete_runbook,
+    format_option,
+    runbook_option,
+    textfile_dir_option,
+    var_option,
+)
 from runbook.errors import RunbookError, UsageError
 from runbook.output import count, output_console, verbosity
 

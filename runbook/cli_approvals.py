@@ -7,12 +7,11 @@ ran), a failed execution or a broken audit chain; 2 usage (unknown ID, bad flags
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
@@ -20,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runbook import config as config_mod
-from runbook.cli_options import complete_proposal, format_option
+from runbook.cli_options import complete_proposal, format_option, textfile_dir_option
 from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
@@ -94,32 +93,6 @@ _db_option = click.option(
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def textfile_dir_option(func: F) -> F:
-    """`--textfile-dir DIR` on a command that changes the approval queue or sweeps: where
-    node_exporter's textfile collector reads. Set for the command's run only, it reaches every
-    configuration the command loads (runbook.config.flag_settings), the ones deep in a job run
-    included, and nothing after it."""
-
-    @functools.wraps(func)
-    def command(*args: Any, textfile_dir: str | None = None, **kwargs: Any) -> Any:
-        if not textfile_dir:
-            return func(*args, **kwargs)
-        settings = config_mod.flag_settings.get()
-        token = config_mod.flag_settings.set({**settings, "textfile_dir": textfile_dir})
-        try:
-            return func(*args, **kwargs)
-        finally:
-            config_mod.flag_settings.reset(token)
-
-    option = click.option(
-        "--textfile-dir", "textfile_dir", type=click.Path(file_okay=False),
-        help="node_exporter's textfile collector directory: the approval queue's metrics "
-        "(runbook-approvals.prom) and a sweep's runbook.prom are replaced there atomically "
-        "(default: metrics.textfile_dir in the config).",
-    )  # fmt: skip
-    return cast(F, option(command))
 
 
 def _a_reason(text: str) -> str:

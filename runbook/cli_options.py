@@ -4,8 +4,9 @@ every command's --help)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -173,3 +174,31 @@ def complete_proposal(
         for p in proposals
         if p.id.startswith(incomplete)
     ]
+
+
+def textfile_dir_option(func: F) -> F:
+    """`--textfile-dir DIR` on a command that changes the approval queue or sweeps: where
+    node_exporter's textfile collector reads. Set for the command's run only, it reaches every
+    configuration the command loads (runbook.config.flag_settings), the ones deep in a job run
+    included, and nothing after it."""
+
+    @functools.wraps(func)
+    def command(*args: Any, textfile_dir: str | None = None, **kwargs: Any) -> Any:
+        if not textfile_dir:
+            return func(*args, **kwargs)
+        from runbook import config as config_mod
+
+        settings = config_mod.flag_settings.get()
+        token = config_mod.flag_settings.set({**settings, "textfile_dir": textfile_dir})
+        try:
+            return func(*args, **kwargs)
+        finally:
+            config_mod.flag_settings.reset(token)
+
+    option = click.option(
+        "--textfile-dir", "textfile_dir", type=click.Path(file_okay=False),
+        help="node_exporter's textfile collector directory: the approval queue's metrics "
+        "(runbook-approvals.prom) and a sweep's runbook.prom are replaced there atomically "
+        "(default: metrics.textfile_dir in the config).",
+    )  # fmt: skip
+    return cast(F, option(command))

@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.cli import _open, parse_vars, target_options
-from runbook.cli_options import complete_proposal, format_option
+from runbook.cli_options import complete_proposal, format_option, textfile_dir_option
 from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
@@ -81,6 +81,7 @@ def _stage_printer(console: Console) -> tuple[Any, Any]:
 @click.option("--run-dir", type=click.Path(file_okay=False),
               help="Keep this check's artifacts here.")
 @format_option("text", "json", default="text")
+@textfile_dir_option
 @target_options
 @click.pass_context
 def verify_cmd(

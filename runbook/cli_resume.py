@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.cli_options import format_option
+from runbook.cli_options import format_option, textfile_dir_option
 from runbook.errors import StateError
 from runbook.output import output_console, verbosity
 from runbook.verdict import Verdict
@@ -104,6 +104,7 @@ def _target_kw(record: Any) -> dict[str, Any]:
     "--no-input", is_flag=True, help="Never prompt; proposals not decided yet are only listed."
 )
 @format_option("text", "json", default="text")
+@textfile_dir_option
 @click.option(
     "--as", "as_user", metavar="NAME", help="Record NAME as the approver (default: as the run)."
 )

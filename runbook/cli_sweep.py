@@ -22,8 +22,13 @@ from typing import Any
 import click
 
 from runbook import atomic
-from runbook.cli_approvals import textfile_dir_option
-from runbook.cli_options import complete_runbook, format_option, runbook_option, var_option
+from runbook.cli_options import (
+    complete_runbook,
+    format_option,
+    runbook_option,
+    textfile_dir_option,
+    var_option,
+)
 from runbook.errors import UsageError
 from runbook.output import count
 

@@ -107,3 +107,15 @@ def test_bytes_echoed_through_the_redacting_stream_are_written_as_text() -> None
     stream.flush()
     assert inner.getvalue().startswith("plain,nccl-init-failure\n")
     assert "abcdef0123456789abcdef" not in inner.getvalue()
+
+
+def test_every_command_that_changes_the_approval_queue_takes_the_textfile_dir() -> None:
+    changing = ["runbook run", "runbook resume", "runbook sweep", "runbook verify",
+                "runbook approvals approve", "runbook approvals deny",
+                "runbook approvals recover", "runbook approvals publish"]  # fmt: skip
+    for path in changing:
+        option = next(
+            (o for o in _options(LEAVES[path]) if "--textfile-dir" in o.opts), None
+        )
+        assert option is not None, path
+        assert option.envvar == "RUNBOOK_TEXTFILE_DIR", path
