@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from runbook.cli import _open, _replay_context, parse_vars, target_options
-from runbook.cli_options import format_option
+from runbook.cli_options import format_option, var_option
 from runbook.errors import RunbookError
 
 
@@ -31,13 +31,7 @@ from runbook.errors import RunbookError
     show_default=True,
     help="The node to check: local (NPD runs on the node), ssh://…, kubectl://… or replay://BUNDLE.",
 )
-@click.option(
-    "--var",
-    "var_items",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="Runbook variable (repeatable), as for `run`.",
-)
+@var_option()
 @click.option(
     "--max-output-length",
     type=click.IntRange(min=20),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.progress import (
@@ -24,6 +24,9 @@ from rich.text import Text
 
 from runbook.output import count
 from runbook.sweep.results import NOT_SWEPT, HostResult, Status, SweepResult
+
+if TYPE_CHECKING:
+    from runbook.sweep.run import NullSweepObserver
 
 
 class _Tally:
@@ -163,30 +166,16 @@ class LineProgress:
         pass  # every line written is whole
 
 
-class SilentProgress:
-    """-q: nothing while the sweep runs; its result is printed when it ends."""
-
-    def started(self, total: int) -> None:
-        pass
-
-    def host_done(self, result: HostResult) -> None:
-        pass
-
-    def finished(self, result: SweepResult) -> None:
-        pass
-
-    def aborted(self) -> None:
-        pass
-
-
 def progress_for(
     title: str, stream: IO[str] | None = None
-) -> BarProgress | LineProgress | SilentProgress:
-    """The bar on a terminal, lines otherwise, nothing with -q."""
+) -> BarProgress | LineProgress | NullSweepObserver:
+    """The bar on a terminal, lines otherwise, nothing with -q (the result is printed when
+    the sweep ends)."""
     from runbook.output import quiet
+    from runbook.sweep.run import NullSweepObserver
 
     if quiet():
-        return SilentProgress()
+        return NullSweepObserver()
     stream = stream or sys.stderr
     if stream.isatty():
         return BarProgress(Console(file=stream, highlight=False), title)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import http.server
 import json
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.sweep.helpers import parse_prom
+from tests.sweep.helpers import parse_prom, promtool_check
 
 BUNDLE = Path(__file__).parents[1] / "bundles" / "shm-exhausted"
 TOKEN = "T0AAAA/B0BBBB/s3cr3tw3bh00ktok3n"
@@ -96,15 +94,6 @@ def pending_id(cli) -> str:  # type: ignore[no-untyped-def]
     listed = cli("approvals", "list", "--format", "json")
     (item,) = [p for p in json.loads(listed.stdout) if p["state"] == "pending"]
     return str(item["id"])
-
-
-def promtool_check(path: Path) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: tests/run.sh installs it (Debian's prometheus package)"
-    with path.open("rb") as stdin:
-        proc = subprocess.run([promtool, "check", "metrics"], stdin=stdin,
-                              capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def no_token(*texts: str) -> None:

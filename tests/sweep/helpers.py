@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -95,3 +96,13 @@ def parse_prom(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
         seen.add(key)
         samples.setdefault(name, []).append((labels, float(match["value"])))
     return samples
+
+
+def promtool_check(path: Path) -> None:
+    """`promtool check metrics` accepts the file (Debian's prometheus package)."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: tests/run.sh installs it (Debian's prometheus package)"
+    with path.open("rb") as stdin:
+        proc = subprocess.run([promtool, "check", "metrics"], stdin=stdin,
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

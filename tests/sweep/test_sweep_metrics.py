@@ -6,8 +6,6 @@ timestamp but not the last-success one, so a staleness alert fires."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +14,9 @@ import pytest
 from tests.hosts.harness import HostNetwork
 from tests.integration.conftest import cli_env
 from tests.sweep import fleet
-from tests.sweep.helpers import parse_prom, queued, runbook
+from tests.sweep.helpers import parse_prom, promtool_check, queued, runbook
 
 pytestmark = [pytest.mark.ssh, pytest.mark.live]
-
-
-def promtool_check(path: Path) -> None:
-    promtool = shutil.which("promtool")
-    assert promtool, "promtool not found: tests/run.sh installs it (Debian's prometheus package)"
-    with path.open("rb") as stdin:
-        proc = subprocess.run([promtool, "check", "metrics"], stdin=stdin,
-                              capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def one(samples: dict[str, Any], name: str) -> float:
