@@ -39,11 +39,18 @@ def install_copy(tmp_path: Path) -> Path:
         else:
             shutil.copy2(path, src / name)
     prefix = tmp_path / "prefix"
+    # --ignore-installed: without it pip first uninstalls the project from the environment the
+    # tests run in (the same distribution name), and every later test loses `runbook`
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-         "--no-deps", "--no-build-isolation", "--no-index", "--prefix", str(prefix), str(src)],
+         "--no-deps", "--no-build-isolation", "--no-index", "--ignore-installed",
+         "--prefix", str(prefix), str(src)],
         capture_output=True, text=True, timeout=300)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the environment the suite runs in still has its own install of the project
+    still = subprocess.run([sys.executable, "-c", "import runbook"], cwd="/",
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert still.returncode == 0, still.stderr
     return prefix / "share" / "nccl-runbook"
 
 
