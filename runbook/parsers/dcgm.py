@@ -194,7 +194,7 @@ def _health_json(text: str, source: str) -> HealthFacts:
     """`dcgmi health -c -j`: the same tree as JSON (`body` → section → `children` → …)."""
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # nested deeper than the decoder recurses
         return HealthFacts(None, None, None)
     body = doc.get("body") if isinstance(doc, dict) else None
     if not isinstance(body, dict):

@@ -128,7 +128,8 @@ def real_lines() -> list[str]:
 @cache
 def file_names() -> list[str]:
     names = {name for files in bundle_files() for name in files}
-    return sorted(names | {"ibv-devinfo.txt", "timezone.txt", "hostname.txt"})
+    return sorted(names | {"ibv-devinfo.txt", "timezone.txt", "hostname.txt",
+                           "dcgmi-discovery.txt", "dcgmi-health.txt", "dcgmi-diag.txt"})
 
 
 #: which bundle files each parser reads (from its registry summary and module constants)
@@ -136,6 +137,8 @@ READS: dict[str, tuple[str, ...]] = {
     "applog": ("app/*", "nccl/*", "nccl-tests/*",),
     "cgroup": ("cgroup/*",),
     "clock": ("clock.txt",),
+    "dcgm": ("dcgmi-discovery.txt", "dcgmi-health.txt"),
+    "dcgm_diag": ("dcgmi-diag.txt",),
     "dmesg": ("dmesg.txt", "clock.txt"),
     "host": ("meminfo.txt", "df-shm.txt"),
     "journal": ("journal-*",),
@@ -187,6 +190,18 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
     "clock": {
         "*collected": (bool,), "now_epoch": (*NUM, N), "now": (str, N), "uptime_s": (*NUM, N),
         "idle_s": (*NUM, N), "boot_epoch": (*NUM, N), "boot_time": (str, N),
+    },
+    "dcgm": {
+        "*collected": (bool,), "*available": (bool, N), "*unavailable_reason": (str, N),
+        "*discovery": (dict,), "*health": (dict,), "*incidents": (list,),
+        "*hardware_failures": (list,), "*other_failures": (list,), "*warnings": (list,),
+        "*healthy": (bool,),
+    },
+    "dcgm_diag": {
+        "*collected": (bool,), "available": (bool, N), "unavailable_reason": (str, N),
+        "ran": (bool,), "version": (str, N), "results": (list,), "hardware_failures": (list,),
+        "other_failures": (list,), "warnings": (list,), "passed": (bool, N),
+        "recognized": (bool,),
     },
     "dmesg": {
         "*collected": (bool,), "memcg_ooms": (list,), "global_ooms": (list,),
