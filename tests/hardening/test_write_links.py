@@ -183,5 +183,12 @@ def test_a_directory_flipped_to_a_link_while_writing_never_lets_a_write_out(
         stop.set()
         flipper.join()
     assert list(outside.iterdir()) == []
-    assert written + refused == 400 and written > 0, (written, refused)
-    assert flips > 0
+    assert written + refused == 400 and flips > 0, (written, refused, flips)
+    # how many writes the flipper let through is the scheduler's business (all 400 can be
+    # refused on a busy machine); that a write goes through once the directory is real again
+    # is not: the refusals above were the race, not a writer refusing everything
+    if (root / "app").is_symlink():
+        exchange(root / "app", root / "app.link")
+    atomic.write_bytes(root / "app" / "after.log", b"x\n", within=root)
+    assert (root / "app" / "after.log").read_bytes() == b"x\n"
+    assert list(outside.iterdir()) == []
