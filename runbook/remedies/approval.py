@@ -96,7 +96,10 @@ class Desk:
         """`publish`: the queue, as this desk leaves it, to its metrics file and webhook
         (runbook.oncall; never raises). Not after an interrupt: the user asked to stop."""
         try:
-            if publish and not self.readonly:
+            wanted = self.config.textfile_dir is not None or self.config.notify.webhook_url
+            if publish and not self.readonly and wanted:
+                # imported only when there is somewhere to publish: the webhook client
+                # (urllib, http.client) costs ~10 ms of every command's start otherwise
                 from runbook.oncall import publish as publish_queue
 
                 publish_queue(self.config, self.store)

@@ -22,7 +22,6 @@ when set, instead).
 
 from __future__ import annotations
 
-import getpass
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,6 +36,17 @@ DEFAULT_PATH = Path("~/.ssh/config")
 #: environment variable naming the file when --ssh-config is not given
 ENV = "RUNBOOK_SSH_CONFIG"
 _MAX_HOPS = 8
+
+
+def _local_user() -> str:
+    """The local user name as getpass.getuser() finds it (LOGNAME, USER, LNAME, USERNAME, then
+    the password database), without importing getpass (termios and more: ~6 ms of a start)."""
+    for name in ("LOGNAME", "USER", "LNAME", "USERNAME"):
+        if os.environ.get(name):
+            return os.environ[name]
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def load(path: str | os.PathLike[str] | None) -> paramiko.SSHConfig | None:
@@ -77,7 +87,7 @@ class HostConfig:
 def _expand_path(text: str, *, host: str, user: str) -> Path:
     """Tokens paramiko leaves alone in UserKnownHostsFile: `~`, `%d`, `%u`, `%h`, `%%`."""
     home = os.path.expanduser("~")
-    out = text.replace("%%", "\0").replace("%d", home).replace("%u", getpass.getuser())
+    out = text.replace("%%", "\0").replace("%d", home).replace("%u", _local_user())
     out = out.replace("%h", host).replace("%r", user).replace("\0", "%")
     return Path(out).expanduser()
 
