@@ -324,6 +324,14 @@ def sweep(
         raise UsageError("--resume needs --report DIR: the directory the interrupted sweep wrote")
     k_n = shard_mod.parse_shard(shard) if shard else None
     variables = _vars(var_items)
+    pending = None
+    if inventory:
+        from runbook.sweep.inventory import PendingInventory
+
+        # Ansible reads the inventory (a process of its own) while the runbook loads here;
+        # killed when the command ends if it was never read (the runbook failed to load)
+        pending = PendingInventory(inventory, limit=limit, timeout=inventory_timeout)
+        ctx.call_on_close(pending.close)
     runbook = load_file(resolve(runbook_ref))
     source = str(Path(inventory).resolve()) if inventory else f"kube:{kube_selector}"
     key = (
@@ -334,10 +342,8 @@ def sweep(
     if k_n:
         key += f" shard {k_n[0]}/{k_n[1]}"
     with SweepLock(key, state_dir() / "sweep-locks"):
-        if inventory:
-            from runbook.sweep.inventory import load_inventory
-
-            entries = load_inventory(inventory, limit=limit, timeout=inventory_timeout)
+        if pending is not None:
+            entries = pending.entries(limit)
         else:
             from runbook.sweep.kube import kube_entries
 

@@ -31,13 +31,16 @@ an `error` result, with the reason; it never stops the sweep of the others.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,58 +260,109 @@ def run_ansible_inventory(
     """`ansible-inventory -i SOURCE --list [--limit PATTERN]`, parsed. An inventory Ansible
     cannot parse at all is an error here (Ansible itself would only warn and go on with an
     empty one)."""
-    if not Path(source).exists() and "," not in source:
-        raise InventoryError(f"inventory {source}: no such file or directory")
-    argv = [binary or ansible_inventory_binary(), "-i", source, "--list"]
-    if limit:
-        argv += ["--limit", limit]
-    env = {
-        **os.environ,
-        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_FORCE_COLOR": "0",
-    }
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise InventoryError(
-            f"inventory {source}: ansible-inventory did not finish within {timeout:g}s"
-        ) from None
-    except OSError as exc:
-        raise InventoryError(f"cannot run ansible-inventory: {exc.strerror or exc}") from None
-    messages = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
-    if proc.returncode != 0:
-        errors = [m for m in messages if m.startswith("[ERROR]")] or messages[-1:]
-        why = errors[-1].removeprefix("[ERROR]:").strip() if errors else f"exit {proc.returncode}"
-        raise InventoryError(f"inventory {source}: {why}")
-    for message in messages:
-        if message.startswith("[WARNING]"):
-            log.warning("ansible-inventory: %s", message.removeprefix("[WARNING]:").strip())
-    try:
-        data = json.loads(proc.stdout)
-    except json.JSONDecodeError as exc:
-        raise InventoryError(
-            f"inventory {source}: ansible-inventory printed no JSON: {exc}"
-        ) from None
-    if not isinstance(data, dict):
-        raise InventoryError(f"inventory {source}: ansible-inventory printed no mapping")
-    return data
+    with PendingInventory(source, limit=limit, timeout=timeout, binary=binary) as pending:
+        return pending.data()
+
+
+class PendingInventory:
+    """ansible-inventory started now and read later: a sweep starts it first, then loads and
+    compiles its runbook (a few tenths of a second of CPU) while Ansible, a Python process of
+    its own, reads the inventory. Killed on close if it is still running (a runbook that fails
+    to load ends the sweep before the inventory is read)."""
+
+    def __init__(
+        self,
+        source: str,
+        *,
+        limit: str | None = None,
+        timeout: float = 120.0,
+        binary: str | None = None,
+    ) -> None:
+        if not Path(source).exists() and "," not in source:
+            raise InventoryError(f"inventory {source}: no such file or directory")
+        self.source, self.timeout = source, timeout
+        self.deadline = time.monotonic() + timeout
+        argv = [binary or ansible_inventory_binary(), "-i", source, "--list"]
+        if limit:
+            argv += ["--limit", limit]
+        env = {
+            **os.environ,
+            "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_FORCE_COLOR": "0",
+        }
+        try:
+            self.proc: subprocess.Popen[str] | None = subprocess.Popen(
+                argv,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+                text=True,
+                env=env,
+                # its own process group: a dynamic inventory script it runs is stopped with it
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise InventoryError(f"cannot run ansible-inventory: {exc.strerror or exc}") from None
+
+    def data(self) -> dict[str, Any]:
+        """Wait for it (within the timeout counted from the start) and parse what it printed."""
+        proc, source = self.proc, self.source
+        assert proc is not None, "read once"
+        try:
+            stdout, stderr = proc.communicate(timeout=max(0.0, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            self.close()
+            raise InventoryError(
+                f"inventory {source}: ansible-inventory did not finish within {self.timeout:g}s"
+            ) from None
+        self.proc = None
+        messages = [line.strip() for line in stderr.splitlines() if line.strip()]
+        if proc.returncode != 0:
+            errors = [m for m in messages if m.startswith("[ERROR]")] or messages[-1:]
+            why = (
+                errors[-1].removeprefix("[ERROR]:").strip() if errors else f"exit {proc.returncode}"
+            )
+            raise InventoryError(f"inventory {source}: {why}")
+        for message in messages:
+            if message.startswith("[WARNING]"):
+                log.warning("ansible-inventory: %s", message.removeprefix("[WARNING]:").strip())
+        try:
+            data = json.loads(stdout)
+        except json.JSONDecodeError as exc:
+            raise InventoryError(
+                f"inventory {source}: ansible-inventory printed no JSON: {exc}"
+            ) from None
+        if not isinstance(data, dict):
+            raise InventoryError(f"inventory {source}: ansible-inventory printed no mapping")
+        return data
+
+    def entries(self, limit: str | None = None) -> list[HostEntry]:
+        """The hosts, ready to sweep (`limit`: only to word the error when none is left)."""
+        found = entries_from_inventory(self.data())
+        if not found:
+            what = f" match --limit {limit!r}" if limit else ""
+            raise InventoryError(f"inventory {self.source}: no hosts{what}")
+        return found
+
+    def close(self) -> None:
+        """Stop it if it still runs: the whole group (a script it started included)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.communicate()
+            self.proc = None
+
+    def __enter__(self) -> PendingInventory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def load_inventory(
     source: str, *, limit: str | None = None, timeout: float = 120.0
 ) -> list[HostEntry]:
     """The hosts of an Ansible inventory (after --limit), ready to sweep."""
-    entries = entries_from_inventory(run_ansible_inventory(source, limit=limit, timeout=timeout))
-    if not entries:
-        what = f" match --limit {limit!r}" if limit else ""
-        raise InventoryError(f"inventory {source}: no hosts{what}")
-    return entries
+    with PendingInventory(source, limit=limit, timeout=timeout) as pending:
+        return pending.entries(limit)

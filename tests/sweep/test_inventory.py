@@ -266,3 +266,76 @@ def test_a_jump_host_from_group_vars_carries_every_connection(
         assert f"Accepted publickey for root from {bastion.address} port" in log, log
         assert f"Accepted publickey for root from {host_network.gateway} port" not in log
     assert json.loads((tmp_path / "report" / "sweep.json").read_text())["exit_code"] == 0
+
+
+def _slow_inventory(tmp_path: Path) -> tuple[Path, Path]:
+    """A dynamic inventory script that records its pid, then takes its time."""
+    pidfile = tmp_path / "inventory.pid"
+    script = tmp_path / "slow_inventory.py"
+    script.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys, time\n"
+        f"open({str(pidfile)!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n"
+        "print(json.dumps({'_meta': {'hostvars': {}}, 'all': {'hosts': []}}))\n"
+    )
+    script.chmod(0o755)
+    return script, pidfile
+
+
+def _gone(pid: int, within: float = 10.0) -> bool:
+    import os
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _started(pidfile: Path) -> int:
+    deadline = time.monotonic() + 30
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline, "ansible-inventory never ran the script"
+        time.sleep(0.05)
+    return int(pidfile.read_text())
+
+
+def test_an_inventory_not_read_is_stopped_with_the_script_it_runs(tmp_path: Path) -> None:
+    """A sweep starts ansible-inventory before its runbook loads; when it ends without reading
+    it (the runbook failed to load), the inventory and the script it runs are stopped."""
+    from runbook.sweep.inventory import PendingInventory
+
+    script, pidfile = _slow_inventory(tmp_path)
+    pending = PendingInventory(str(script), timeout=60)
+    pid = _started(pidfile)
+    pending.close()
+    assert _gone(pid), f"the inventory script {pid} outlived its ansible-inventory"
+
+
+def test_an_inventory_past_its_timeout_is_one_line_and_leaves_nothing_running(
+    tmp_path: Path,
+) -> None:
+    from runbook.sweep.inventory import PendingInventory
+
+    script, pidfile = _slow_inventory(tmp_path)
+    with PendingInventory(str(script), timeout=3) as pending:
+        pid = _started(pidfile)
+        with pytest.raises(InventoryError, match="did not finish within 3s"):
+            pending.entries()
+    assert _gone(pid)
+
+
+def test_a_sweep_whose_runbook_fails_to_load_leaves_no_inventory_running(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    script, pidfile = _slow_inventory(tmp_path)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("id: broken\nstages: [\n")
+    result = runbook(["sweep", str(broken), "-i", str(script)], env)
+    assert result.rc == 2 and "Traceback" not in result.stderr, result.stderr
+    time.sleep(2)  # time enough for a surviving ansible-inventory to start the script
+    if pidfile.exists():
+        assert _gone(int(pidfile.read_text())), "the inventory script outlived the sweep"
