@@ -48,10 +48,17 @@ def approvals_phase(
 ) -> None:
     """Queue the verdict's proposals (once: the ledger in approvals.json remembers), then the
     prompts for those not decided yet — or, not interactive, where each one waits."""
+    from runbook.resume import ApprovalLedger
+
+    if not verdict.proposals and ApprovalLedger.load(directory) is None:
+        # nothing to queue, advise or ask: the approval store is not opened (a healthy
+        # node's run creates no store and takes no lock on it), and approvals.json says the
+        # run's approvals are done
+        ApprovalLedger(directory, []).finish()
+        return
     from runbook.cli_approvals import guided_approvals
     from runbook.remedies.approval import Desk
     from runbook.remedies.plans import Target
-    from runbook.resume import ApprovalLedger
 
     with Desk(cfg) as desk:
         ledger = ApprovalLedger.load(directory)

@@ -265,3 +265,21 @@ def test_piped_output_is_not_hard_wrapped_at_80_columns(tmp_path) -> None:  # ty
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     (line,) = [line for line in out.splitlines() if "ruled out pcie-error" in line]
     assert len(line) > 120 and line.rstrip().endswith("which the link recovered from)"), line
+
+
+def test_a_run_with_nothing_to_queue_leaves_the_approval_store_alone(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    healthy = Path(__file__).resolve().parents[1] / "bundles" / "healthy"
+    db = tmp_path / "queue" / "approvals.db"
+    result = cli("run", "nccl-init-failure", "--target", f"replay://{healthy}", "--no-input",
+                 "--db", str(db), "--run-dir", str(tmp_path / "run"))  # fmt: skip
+    assert result.rc == 0, result.stderr
+    assert json.loads((tmp_path / "run" / "verdict.json").read_text())["proposals"] == []
+    ledger = json.loads((tmp_path / "run" / "approvals.json").read_text())
+    assert ledger["queued"] == [] and ledger["done"] is True
+    assert not db.exists()  # never opened: nothing to queue
+    # a run that has something to queue opens it
+    again = cli("run", "nccl-init-failure", "--target", f"replay://{DEMO}", "--no-input",
+                "--db", str(db), "--run-dir", str(tmp_path / "run2"))  # fmt: skip
+    assert again.rc == 0, again.stderr
+    assert db.exists()
+    assert json.loads((tmp_path / "run2" / "approvals.json").read_text())["queued"]
