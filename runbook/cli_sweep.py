@@ -58,7 +58,7 @@ def _finish(
     with the sweep's code. `checkpoint` (a sweep's progress.jsonl) is marked finished once
     the reports are written."""
     from runbook.sweep.reports import write_reports
-    from runbook.sweep.results import NOT_SWEPT, Status, ordered_findings
+    from runbook.sweep.results import NOT_SWEPT, Status, ordered_findings, status_noun
 
     written = write_reports(sweep, report_dir, textfile_dir=textfile_dir)
     if checkpoint is not None:
@@ -66,7 +66,10 @@ def _finish(
     if fmt == "json":
         click.echo(written["sweep.json"].read_text(encoding="utf-8"), nl=False)
     else:
-        counts = ", ".join(_counted(s, n) for s, n in sweep.counts().items() if n) or "no hosts"
+        counts = (
+            ", ".join(f"{n} {status_noun(s, n)}" for s, n in sweep.counts().items() if n)
+            or "no hosts"
+        )
         swept = len(sweep.hosts) - len(sweep.reused())
         rate = swept / sweep.duration_s if sweep.duration_s > 0 else 0.0
         click.echo(
@@ -105,11 +108,6 @@ def _finish(
                 click.echo(f"  {host.host:<24} {host.status.value}: {host.error}")
         click.echo("reports: " + " ".join(str(p) for p in written.values()))
     raise click.exceptions.Exit(sweep.exit_code())
-
-
-def _counted(status: str, n: int) -> str:
-    """`2 findings`, `1 healthy`, `3 unreachable`: a status count that agrees in number."""
-    return count(n, "finding") if status == "finding" else f"{n} {status}"
 
 
 def _textfile_dir(ctx: click.Context) -> Path | None:

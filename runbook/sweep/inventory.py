@@ -254,16 +254,6 @@ def ansible_inventory_binary() -> str:
     return found
 
 
-def run_ansible_inventory(
-    source: str, *, limit: str | None = None, timeout: float = 120.0, binary: str | None = None
-) -> dict[str, Any]:
-    """`ansible-inventory -i SOURCE --list [--limit PATTERN]`, parsed. An inventory Ansible
-    cannot parse at all is an error here (Ansible itself would only warn and go on with an
-    empty one)."""
-    with PendingInventory(source, limit=limit, timeout=timeout, binary=binary) as pending:
-        return pending.data()
-
-
 class PendingInventory:
     """ansible-inventory started now and read later: a sweep starts it first, then loads and
     compiles its runbook (a few tenths of a second of CPU) while Ansible, a Python process of

@@ -14,6 +14,7 @@ from runbook.sweep.results import (
     Status,
     SweepResult,
     ordered_findings,
+    status_noun,
 )
 from runbook.verdict import EvidenceRef
 
@@ -21,10 +22,6 @@ from runbook.verdict import EvidenceRef
 ROW_NAMES = 12
 
 
-
-def _noun(status: str, n: int) -> str:
-    """`finding` agrees in number (`**2** findings`); the other statuses are adjectives."""
-    return count(n, "finding").split(" ", 1)[1] if status == "finding" else status
 
 def _cell(text: Any) -> str:
     """Markdown table cell: one line, pipes escaped."""
@@ -57,7 +54,7 @@ def render(sweep: SweepResult) -> str:
         + (f", shards {', '.join(sweep.shards)}" if sweep.shards else "")
         + f"; started {sweep.started_at or '?'}, finished {sweep.finished_at or '?'}.",
         "",
-        ", ".join(f"**{n}** {_noun(status, n)}" for status, n in counts.items() if n) + ".",
+        ", ".join(f"**{n}** {status_noun(status, n)}" for status, n in counts.items() if n) + ".",
     ]
     if sweep.missing_shards:
         lines += ["", f"**Missing shards: {', '.join(sweep.missing_shards)}** (not swept)."]

@@ -61,6 +61,12 @@ SEVERITY = (
 _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 
 
+def status_noun(status: str, n: int) -> str:
+    """How a count of hosts in `status` is named: `finding` agrees in number (`2 findings`);
+    the other statuses are adjectives (`2 healthy`, `1 unreachable`)."""
+    return ("finding" if n == 1 else "findings") if status == Status.FINDING.value else status
+
+
 def status_of(verdict: Verdict) -> Status:
     if verdict.root_cause == "healthy":
         return Status.HEALTHY
