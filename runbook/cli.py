@@ -9,6 +9,7 @@ Every error is one line on stderr; a traceback reaching a user is a bug (`--debu
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -717,7 +718,11 @@ def demo(run_dir: str | None, no_input: bool) -> None:
     manifest.write_text(workload_manifest(), encoding="utf-8")
     settings = scratch / "config.yaml"
     settings.write_text(f"approvals:\n  db: {json.dumps(str(scratch / 'approvals.db'))}\n")
-    cfg = config_mod.load(settings)
+    # its own store, and nowhere to publish: RUNBOOK_TEXTFILE_DIR or RUNBOOK_WEBHOOK_URL in the
+    # environment must not carry the demo's proposals to a real dashboard or on-call channel
+    cfg = dataclasses.replace(
+        config_mod.load(settings), textfile_dir=None, notify=config_mod.Notify()
+    )
     root = Path(run_dir) if run_dir else scratch / "run"
     variables: dict[str, Any] = {"manifest": str(manifest)}
     with incident_bundle() as path:

@@ -91,10 +91,15 @@ def test_the_demo_prompts_and_an_approval_patches_only_its_own_copy(tmp_path: Pa
 def test_the_demo_without_a_terminal_lists_the_proposals_and_the_next_commands(
     tmp_path: Path,
 ) -> None:
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "runbook", "demo", "--run-dir", str(tmp_path / "run")],
-        env=_env(tmp_path), capture_output=True, text=True, timeout=180,
-        stdin=subprocess.DEVNULL,
+        # a real textfile directory and webhook in the environment: the demo's scratch queue
+        # must reach neither (port 9 on loopback: nothing listens, a send would warn)
+        env={**_env(tmp_path), "RUNBOOK_TEXTFILE_DIR": str(textfiles),
+             "RUNBOOK_WEBHOOK_URL": "http://127.0.0.1:9/hook"},
+        capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr
     assert "approve / deny / skip" not in proc.stdout
@@ -109,3 +114,4 @@ def test_the_demo_without_a_terminal_lists_the_proposals_and_the_next_commands(
     manifest = Path(db.group(1)).parent / "workload.yaml"
     assert "sizeLimit" not in manifest.read_text()
     assert f"runbook report {tmp_path / 'run'}" in proc.stdout
+    assert list(textfiles.iterdir()) == [] and "webhook" not in proc.stderr, proc.stderr
