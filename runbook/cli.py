@@ -29,6 +29,7 @@ from runbook import __version__
 from runbook.cli_options import (
     complete_runbook,
     format_option,
+    load_config,
     runbook_option,
     textfile_dir_option,
     var_option,
@@ -397,7 +398,6 @@ def run(
         return
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
-    from runbook import config as config_mod
     from runbook.cli_resume import approvals_phase
     from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
@@ -409,9 +409,7 @@ def run(
     try:
         runbook, runbook_file = read_runbook(runbook_ref)
         variables = parse_vars(var_items)
-        cfg = config_mod.load(
-            Path(ctx.obj["config"]) if ctx.obj.get("config") else None, db=db
-        )
+        cfg = load_config(ctx, db=db)
         saved_target = _target_record(target, kw)
         # what `runbook resume` needs to walk the same runbook over the same target (no secret)
         record = new_record(

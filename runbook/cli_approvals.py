@@ -9,17 +9,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runbook import config as config_mod
-from runbook.cli_options import complete_proposal, format_option, textfile_dir_option
+from runbook.cli_options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
@@ -72,11 +71,7 @@ def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
     """The approval desk; `readonly` for commands that only read (they work on a full disk)."""
     from runbook.remedies.approval import Desk
 
-    obj = ctx.find_root().obj or {}
-    cfg = config_mod.load(
-        Path(obj["config"]) if obj.get("config") else None, db=ctx.obj.get("db")
-    )
-    return Desk(cfg, readonly=readonly)
+    return Desk(load_config(ctx, db=(ctx.obj or {}).get("db")), readonly=readonly)
 
 
 def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -90,9 +85,6 @@ _db_option = click.option(
     "--db", type=click.Path(dir_okay=False), expose_value=False, callback=_set_db,
     is_eager=True, help="Approval store (SQLite) to use.",
 )  # fmt: skip
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _a_reason(text: str) -> str:
@@ -371,8 +363,7 @@ def publish_cmd(ctx: click.Context, fmt: str) -> None:
     from runbook.oncall import publish
     from runbook.remedies.store import Store
 
-    obj = ctx.find_root().obj or {}
-    cfg = config_mod.load(Path(obj["config"]) if obj.get("config") else None, db=ctx.obj.get("db"))
+    cfg = load_config(ctx, db=(ctx.obj or {}).get("db"))
     if cfg.textfile_dir is None and not cfg.notify.webhook_url:
         raise UsageError(
             "nothing to publish to: give --textfile-dir DIR, or set metrics.textfile_dir or "
@@ -400,8 +391,7 @@ def audit() -> None:
 
 
 def _audit_paths(ctx: click.Context, log: str | None, db: str | None) -> tuple[Path, Any]:
-    obj = ctx.find_root().obj or {}
-    cfg = config_mod.load(Path(obj["config"]) if obj.get("config") else None, db=db)
+    cfg = load_config(ctx, db=db)
     return (Path(log) if log else cfg.audit_log), cfg
 
 

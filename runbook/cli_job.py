@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from runbook.cli_options import load_config
 from runbook.errors import UsageError
 
 JOB_KEYS = (
@@ -134,7 +135,6 @@ def run_job_command(
     job_kw: dict[str, Any],
     kw: dict[str, Any],
 ) -> None:
-    from runbook import config as config_mod
     from runbook.cli import parse_vars
     from runbook.cli_sweep import ssh_config_options
     from runbook.job.resolve import resolve_job
@@ -196,7 +196,7 @@ def run_job_command(
         ),
     )
     directory = Path(run_dir) if run_dir else _new_job_dir(runbook.id)
-    cfg = config_mod.load(Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db)
+    cfg = load_config(ctx, db=db)
     with Desk(cfg) as desk:
         result = run_job(
             spec,

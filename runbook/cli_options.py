@@ -202,3 +202,14 @@ def textfile_dir_option(func: F) -> F:
         "(default: metrics.textfile_dir in the config).",
     )  # fmt: skip
     return cast(F, option(command))
+
+
+def load_config(ctx: click.Context, *, db: str | None = None) -> Any:
+    """The configuration (runbook.config.Config) the root group's --config names, else the
+    default file, with `db` (a command's --db) over it: how every command reads it."""
+    from pathlib import Path
+
+    from runbook import config as config_mod
+
+    config = (ctx.find_root().obj or {}).get("config")
+    return config_mod.load(Path(config) if config else None, db=db)

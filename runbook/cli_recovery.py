@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.cli import _open, parse_vars, target_options
-from runbook.cli_options import complete_proposal, format_option, textfile_dir_option
+from runbook.cli_options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
@@ -46,11 +46,9 @@ def replay_options(func: Any) -> Any:
 
 
 def _desk(ctx: click.Context, db: str | None) -> Any:
-    from runbook import config as config_mod
     from runbook.remedies.approval import Desk
 
-    obj = ctx.find_root().obj or {}
-    return Desk(config_mod.load(Path(obj["config"]) if obj.get("config") else None, db=db))
+    return Desk(load_config(ctx, db=db))
 
 
 def _stage_printer(console: Console) -> tuple[Any, Any]:

@@ -25,6 +25,7 @@ from runbook import atomic
 from runbook.cli_options import (
     complete_runbook,
     format_option,
+    load_config,
     runbook_option,
     textfile_dir_option,
     var_option,
@@ -112,10 +113,8 @@ def _finish(
 
 def _textfile_dir(ctx: click.Context) -> Path | None:
     """The textfile directory the configuration (or --textfile-dir) names, if any."""
-    from runbook import config as config_mod
-
-    obj = ctx.find_root().obj or {}
-    return config_mod.load(Path(obj["config"]) if obj.get("config") else None).textfile_dir
+    textfile: Path | None = load_config(ctx).textfile_dir
+    return textfile
 
 
 def _progress(title: str) -> Any:
@@ -301,7 +300,6 @@ def sweep(
     runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
     runbook sweep nccl-init-failure -i inventory/ --report /var/lib/sweeps/nightly --resume
     """
-    from runbook import config as config_mod
     from runbook.config import state_dir
     from runbook.remedies.approval import Desk
     from runbook.spec import load_file, resolve
@@ -373,9 +371,7 @@ def sweep(
             max_parallel=probes_per_host(forks),
             **ssh_config_options(ssh_config),
         )
-        cfg = config_mod.load(
-            Path(ctx.obj["config"]) if (ctx.obj or {}).get("config") else None, db=db
-        )
+        cfg = load_config(ctx, db=db)
         shard_label = f"{k_n[0]}/{k_n[1]}" if k_n else None
         reused, resumed_from = _earlier_sweep(out, key, runbook_ref, entries, resume=resume)
         checkpoint = Checkpoint(
