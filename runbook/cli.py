@@ -171,13 +171,11 @@ def job_options(func: F) -> F:
 def _target_record(target: str, kw: dict[str, Any]) -> Any:
     """The target as the approval store keeps it (to re-check the node, and for Ansible)."""
     from runbook.remedies.plans import Target
+    from runbook.targets import recorded_config_path
 
-    ssh_config = kw.get("ssh_config")
     return Target(
         url=target,
-        ssh_config=str(Path(ssh_config).expanduser().resolve())
-        if ssh_config and ssh_config.lower() != "none"
-        else ssh_config,
+        ssh_config=recorded_config_path(kw.get("ssh_config")),
         identities=tuple(str(Path(p).resolve()) for p in kw.get("identities") or ()),
         known_hosts=str(Path(kw["known_hosts"]).resolve()) if kw.get("known_hosts") else None,
         jump=kw.get("jump"),

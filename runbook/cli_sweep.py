@@ -127,15 +127,12 @@ def _progress(title: str) -> Any:
 def ssh_config_options(given: str | None) -> dict[str, Any]:
     """HostOptions' ssh_config (read once for every host) and ssh_config_file (recorded with
     proposals)."""
-    from runbook.targets import config_path
+    from runbook.targets import config_path, recorded_config_path
     from runbook.transports import ssh_config as ssh_config_mod
 
-    path = config_path(given)
     return {
-        "ssh_config": ssh_config_mod.load(path),
-        "ssh_config_file": str(Path(path).expanduser().resolve())
-        if path and path.lower() != "none"
-        else path,
+        "ssh_config": ssh_config_mod.load(config_path(given)),
+        "ssh_config_file": recorded_config_path(given),
     }
 
 

@@ -38,6 +38,15 @@ def config_path(given: str | None) -> str | None:
     return given or os.environ.get("RUNBOOK_SSH_CONFIG") or None
 
 
+def recorded_config_path(given: str | None) -> str | None:
+    """The ssh config as a run or a proposal records it, to be read again later from anywhere:
+    an absolute path, `none`, or None (the default, looked for again then)."""
+    path = config_path(given)
+    if path is None or path.lower() == "none":
+        return path
+    return str(Path(path).expanduser().resolve())
+
+
 def scheme_of(target: str) -> str:
     if target == "local":
         return "local"
