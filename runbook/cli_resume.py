@@ -50,7 +50,8 @@ def approvals_phase(
     prompts for those not decided yet — or, not interactive, where each one waits."""
     from runbook.resume import ApprovalLedger
 
-    if not verdict.proposals and ApprovalLedger.load(directory) is None:
+    ledger = ApprovalLedger.load(directory)
+    if not verdict.proposals and ledger is None:
         # nothing to queue, advise or ask: the approval store is not opened (a healthy
         # node's run creates no store and takes no lock on it), and approvals.json says the
         # run's approvals are done
@@ -61,7 +62,6 @@ def approvals_phase(
     from runbook.remedies.plans import Target
 
     with Desk(cfg) as desk:
-        ledger = ApprovalLedger.load(directory)
         if ledger is None:
             queued = desk.queue_verdict(
                 verdict,
