@@ -1,5 +1,5 @@
 import sys
 
-from runbook.cli import main
+from runbook.cli.app import main
 
 sys.exit(main())

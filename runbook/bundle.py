@@ -33,7 +33,7 @@ from runbook.bundle_files import (
     Read,
 )
 from runbook.errors import BundleError, disk_full_as_error
-from runbook.report.secrets import redact, redact_lines
+from runbook.redact import redact, redact_lines
 from runbook.transports.base import CommandResult
 
 FORMAT = 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from runbook.errors import BundleError
-from runbook.remedies.units import human as _human
+from runbook.units import human as _human
 
 MAX_META_BYTES = 64 * 1024
 MAX_SIDE_BYTES = 64 * 1024

@@ -28,7 +28,7 @@ from runbook.transports.base import CommandResult, Probe
 _READS_WALK = re.compile(r"\b(?:facts|results)\b")
 
 
-class Status(str, enum.Enum):
+class StageStatus(str, enum.Enum):
     OK = "ok"
     ANOMALY = "anomaly"
     NOT_COLLECTED = "not-collected"
@@ -39,7 +39,7 @@ class Status(str, enum.Enum):
 
 
 @dataclass
-class Finding:
+class RuleFinding:
     stage: str
     text: str
     cause: str | None = None
@@ -74,9 +74,9 @@ class ProbeRecord:
 class StageRecord:
     id: str
     title: str
-    status: Status = Status.SKIPPED
+    status: StageStatus = StageStatus.SKIPPED
     facts: dict[str, Any] = field(default_factory=dict)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[RuleFinding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     probes: list[ProbeRecord] = field(default_factory=list)
     next: str | None = None
@@ -89,21 +89,21 @@ class StageRecord:
 ABSENT = ("not collected", "command not found")
 
 
-def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> Status:
+def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> StageStatus:
     """anomaly (a finding) > error (a rule, parser or probe went wrong: timeout, permission,
     connection) > not-collected (no file at all) > ok. A stage that collected some of its
     files and lacks others (v1 files on a v2 host, a tool not installed) is ok: what is
     missing is listed, not an error."""
     if record.findings:
-        return Status.ANOMALY
+        return StageStatus.ANOMALY
     if record.errors:
-        return Status.ERROR
+        return StageStatus.ERROR
     failures = [r.failure for r in results.values()]
     if any(f is not None and f not in ABSENT for f in failures):
-        return Status.ERROR
+        return StageStatus.ERROR
     if results and all(f is not None for f in failures):
-        return Status.NOT_COLLECTED
-    return Status.OK
+        return StageStatus.NOT_COLLECTED
+    return StageStatus.OK
 
 
 def _unrecognized(facts: Mapping[str, Any]) -> bool:
@@ -241,7 +241,7 @@ class Conductor:
 
     def skip(self, stage_id: str, reason: str) -> StageRecord:
         record = self.records[stage_id]
-        record.status, record.reason = Status.SKIPPED, reason
+        record.status, record.reason = StageStatus.SKIPPED, reason
         self.path.append(stage_id)
         self._advance(stage_id, None)
         record.next = self.current
@@ -310,9 +310,9 @@ class Conductor:
             if stage.match == "first":
                 break
         record.status = _status_of(record, results)
-        if record.status is Status.OK and _unrecognized(record.facts):
+        if record.status is StageStatus.OK and _unrecognized(record.facts):
             # a file whose lines were not understood proves nothing absent
-            record.status = Status.UNRECOGNIZED
+            record.status = StageStatus.UNRECOGNIZED
             record.ruled_out = []
         if concluded is not None:
             self.concluded = concluded
@@ -326,7 +326,7 @@ class Conductor:
 
     def _finding(
         self, stage_id: str, index: int, rule: Any, ctx: dict[str, Any], record: StageRecord
-    ) -> Finding:
+    ) -> RuleFinding:
         try:
             text = templating.render_text(rule.finding, ctx)
         except TemplateError as exc:
@@ -338,7 +338,7 @@ class Conductor:
                 evidence = _evidence_items(templating.evaluate(rule.evidence, ctx))
             except TemplateError as exc:
                 record.errors.append(f"rule {index + 1} evidence: {exc.one_line()}")
-        return Finding(stage_id, text.strip(), rule.cause, evidence, index, rule.role)
+        return RuleFinding(stage_id, text.strip(), rule.cause, evidence, index, rule.role)
 
     def _advance(self, stage_id: str, route: str | None) -> None:
         if route == END:
@@ -411,9 +411,9 @@ def _record_from_state(data: Mapping[str, Any]) -> StageRecord:
     return StageRecord(
         id=data["id"],
         title=data.get("title", data["id"]),
-        status=Status(data.get("status", "skipped")),
+        status=StageStatus(data.get("status", "skipped")),
         facts=dict(data.get("facts", {})),
-        findings=[Finding(**f) for f in data.get("findings", [])],
+        findings=[RuleFinding(**f) for f in data.get("findings", [])],
         errors=list(data.get("errors", [])),
         probes=[ProbeRecord(**p) for p in data.get("probes", [])],
         next=data.get("next"),

@@ -25,7 +25,7 @@ from runbook import bundle as bundle_mod
 from runbook.conductor import Conductor, StageRecord
 from runbook.diagnosis import build_verdict
 from runbook.errors import UsageError, disk_full_as_error
-from runbook.report.secrets import redact_data
+from runbook.redact import redact_data
 from runbook.spec.models import Runbook, Stage
 from runbook.transports.base import CommandResult, Probe, Transport
 from runbook.verdict import Verdict

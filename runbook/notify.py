@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from runbook.report.secrets import redact
+from runbook.redact import redact
 
 ATTEMPTS = 3
 #: seconds all attempts of one notice may take together, backoff included

@@ -28,7 +28,7 @@ from typing import Any
 from runbook import metrics, notify
 from runbook.config import Config
 from runbook.errors import RunbookError
-from runbook.report.secrets import redact
+from runbook.redact import redact
 
 
 def _stderr(line: str) -> None:

@@ -24,7 +24,7 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 
 #: how much a command says besides its result: -1 quiet (-q), 0 default, 1 and up (-v, -vv).
-#: Set once per invocation by the CLI's -v/-q (runbook.cli_options); the progress printers
+#: Set once per invocation by the CLI's -v/-q (runbook.cli.options); the progress printers
 #: (guided stages, sweep progress, playbook tasks) read it instead of every call site
 #: threading a flag through.
 _verbosity = 0

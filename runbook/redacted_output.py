@@ -1,4 +1,4 @@
-"""Everything a command prints goes through the redactor files get (runbook.report.secrets).
+"""Everything a command prints goes through the redactor files get (runbook.redact).
 
 A finding quoting `Authorization: Bearer …`, a `-v` walk echoing a probe's `HF_TOKEN=…`, an
 error naming `ssh://user:password@host`: the console is a place secrets leak as surely as a
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from runbook.report.secrets import redact
+from runbook.redact import redact
 
 
 class RedactingStream(io.TextIOBase):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook.errors import SpecError, StateError
-from runbook.report.secrets import redact_data
+from runbook.redact import redact_data
 from runbook.spec.models import Runbook
 from runbook.verdict import Verdict, VerdictError
 

@@ -27,9 +27,9 @@ from typing import Any
 from runbook import templating
 from runbook import verdict as typed
 from runbook.causal import causal_order, parse_time
-from runbook.conductor import Conductor, Finding, Status
+from runbook.conductor import Conductor, RuleFinding, StageStatus
 from runbook.errors import TemplateError
-from runbook.report.secrets import redact_data
+from runbook.redact import redact_data
 from runbook.signatures import role_rank
 from runbook.spec.models import ADVICE_KINDS, DRAIN_ROOT_CAUSES
 
@@ -108,7 +108,7 @@ def build_timeline(conductor: Conductor, local: dt.tzinfo | None = None) -> list
     return ordered
 
 
-def _earliest_time(finding: Finding, local: dt.tzinfo | None = None) -> dt.datetime | None:
+def _earliest_time(finding: RuleFinding, local: dt.tzinfo | None = None) -> dt.datetime | None:
     times = [
         t
         for t in (
@@ -126,7 +126,7 @@ BLAMING_ROLES = ("cause", "local-error")
 CONSEQUENCE_ROLES = ("peer-consequence", "surfaced")
 
 
-def finding_role(finding: Finding) -> str:
+def finding_role(finding: RuleFinding) -> str:
     """The finding's causal role (see the module docstring)."""
     if finding.role:
         return finding.role
@@ -138,7 +138,7 @@ def finding_role(finding: Finding) -> str:
     return "cause" if finding.cause else "local-error"
 
 
-def _finding_position(finding: Finding) -> tuple[str, int]:
+def _finding_position(finding: RuleFinding) -> tuple[str, int]:
     lined = [e for e in finding.evidence if isinstance(e.get("line"), int)]
     if lined:
         e = lined[0]
@@ -146,7 +146,7 @@ def _finding_position(finding: Finding) -> tuple[str, int]:
     return ("~" + finding.stage, 1 << 62)
 
 
-def rank_findings(findings: list[Finding], local: dt.tzinfo | None = None) -> list[Finding]:
+def rank_findings(findings: list[RuleFinding], local: dt.tzinfo | None = None) -> list[RuleFinding]:
     """The findings in causal order (runbook.causal.causal_order)."""
     return causal_order(
         findings,
@@ -157,7 +157,7 @@ def rank_findings(findings: list[Finding], local: dt.tzinfo | None = None) -> li
     )
 
 
-def _first_evidence(finding: Finding, local: dt.tzinfo | None = None) -> dict[str, Any] | None:
+def _first_evidence(finding: RuleFinding, local: dt.tzinfo | None = None) -> dict[str, Any] | None:
     """The finding's first evidence in causal order that names a bundle file (and its line
     when known), or None when its evidence names no file."""
     files = [e for e in finding.evidence if isinstance(e.get("source"), str) and e.get("source")]
@@ -169,7 +169,7 @@ def _first_evidence(finding: Finding, local: dt.tzinfo | None = None) -> dict[st
     return {k: first.get(k) for k in ("source", "line", "time", "text") if k in first}
 
 
-def root_cause_of(ranked: list[Finding]) -> tuple[str | None, Finding | None, bool]:
+def root_cause_of(ranked: list[RuleFinding]) -> tuple[str | None, RuleFinding | None, bool]:
     """(root cause, the finding that names it, weak): the first blaming finding's cause; a
     `context` finding's only when no other finding blames anything (weak)."""
     for f in ranked:
@@ -182,11 +182,11 @@ def root_cause_of(ranked: list[Finding]) -> tuple[str | None, Finding | None, bo
 
 
 def first_anomaly_of(
-    ranked: list[Finding], root: Finding | None, local: dt.tzinfo | None = None
+    ranked: list[RuleFinding], root: RuleFinding | None, local: dt.tzinfo | None = None
 ) -> dict[str, Any] | None:
     """The root cause's first evidence; without a cause, the first anomaly read (a rank's own
     error, a lost peer, where it surfaced); None when nothing anomalous was read."""
-    candidates: list[Finding] = []
+    candidates: list[RuleFinding] = []
     if root is not None:
         candidates = [root] + [f for f in ranked if f is not root and f.cause == root.cause]
     else:
@@ -198,13 +198,13 @@ def first_anomaly_of(
 
 
 def split_chain(
-    ranked: list[Finding], root_cause: str | None
-) -> tuple[list[Finding], list[Finding]]:
+    ranked: list[RuleFinding], root_cause: str | None
+) -> tuple[list[RuleFinding], list[RuleFinding]]:
     """(chain, also seen): the chain holds the root cause's findings, the faults after it and
     the consequences (causeless errors, lost peers, where it surfaced), in causal order; the
     rest — context such as a stale label or a neighbour's OOM — is also seen."""
-    chain: list[Finding] = []
-    also: list[Finding] = []
+    chain: list[RuleFinding] = []
+    also: list[RuleFinding] = []
     rooted = False
     for f in ranked:
         role = finding_role(f)
@@ -282,9 +282,9 @@ def _read_something(walked: list[Any], runbook: Any) -> bool:
     collective test passed (a parser's `all_passed: true`). A runbook that rules nothing out
     anywhere (a plain collection) stands on every stage having read its files."""
     if not any(rule.rule_out for stage in runbook.stages for rule in stage.decide):
-        return bool(walked) and all(r.status is Status.OK for r in walked)
+        return bool(walked) and all(r.status is StageStatus.OK for r in walked)
     return any(
-        r.status is Status.OK
+        r.status is StageStatus.OK
         and (
             r.ruled_out
             or any(isinstance(f, Mapping) and f.get("all_passed") is True for f in r.facts.values())
@@ -294,7 +294,11 @@ def _read_something(walked: list[Any], runbook: Any) -> bool:
 
 
 def confidence_of(
-    root_cause: str, cause_finding: Finding | None, weak: bool, errors: list[Any], gaps: list[Any]
+    root_cause: str,
+    cause_finding: RuleFinding | None,
+    weak: bool,
+    errors: list[Any],
+    gaps: list[Any],
 ) -> str:
     if root_cause == "inconclusive" or weak:
         return "low"
@@ -315,10 +319,12 @@ def build_verdict(
     findings = [f for record in walked for f in record.findings]
     ranked = rank_findings(findings, local)
     gaps = [
-        r for r in walked if r.status in (Status.ERROR, Status.NOT_COLLECTED, Status.UNRECOGNIZED)
+        r
+        for r in walked
+        if r.status in (StageStatus.ERROR, StageStatus.NOT_COLLECTED, StageStatus.UNRECOGNIZED)
     ]
     # evidence that is absent lowers nothing; evidence we failed to read (errors) does
-    errors = [r for r in walked if r.status is Status.ERROR]
+    errors = [r for r in walked if r.status is StageStatus.ERROR]
     anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
 
     cause, cause_finding, weak = root_cause_of(ranked)
@@ -399,7 +405,7 @@ def build_verdict(
             }
         )
 
-    def link(f: Finding) -> typed.Finding:
+    def link(f: RuleFinding) -> typed.Finding:
         return typed.Finding(
             stage=f.stage,
             finding=f.text,

@@ -75,7 +75,7 @@ class JobLayout:
 
 
 @dataclass(frozen=True)
-class PodFacts:
+class JobPod:
     """One pod of the job, as the merge and the report need it."""
 
     name: str
@@ -210,7 +210,7 @@ def _unscheduled_reason(pod: Mapping[str, Any]) -> str | None:
 
 def pod_facts(
     pod: Mapping[str, Any], layout: JobLayout, *, default_container: str | None = None
-) -> PodFacts:
+) -> JobPod:
     """One pod → its node, role, ranks, GPUs and how it ended (see the module docstring)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
@@ -252,7 +252,7 @@ def pod_facts(
         or term.get("startedAt")
         or status.get("startTime")
     )
-    return PodFacts(
+    return JobPod(
         name=str(meta.get("name") or ""),
         node=str((pod.get("spec") or {}).get("nodeName") or ""),
         role=role,
@@ -269,7 +269,7 @@ def pod_facts(
     )
 
 
-def rank_specs(facts: Sequence[PodFacts], namespace: str) -> tuple[RankSpec, ...]:
+def rank_specs(facts: Sequence[JobPod], namespace: str) -> tuple[RankSpec, ...]:
     """One RankSpec per rank of every pod (a pod's local rank i gets its i-th GPU when the
     pod lists one GPU per process), ordered by rank, unknown ranks last by pod name."""
     out = []

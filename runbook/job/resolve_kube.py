@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from runbook.errors import JobError
-from runbook.job.kube_pods import PodFacts, layout_of, pod_facts, rank_specs
+from runbook.job.kube_pods import JobPod, layout_of, pod_facts, rank_specs
 from runbook.job.models import JobNode, JobSpec
 from runbook.sweep.inventory import InventoryError
 from runbook.sweep.kube import join_nodes_and_agents, kubectl_json
@@ -169,7 +169,7 @@ def job_spec_from_kube(
         (pod_facts(p, layout, default_container=spec.container) for p in pods),
         key=lambda f: (f.first_rank, f.name),
     )
-    by_node: dict[str, list[PodFacts]] = {}
+    by_node: dict[str, list[JobPod]] = {}
     for pod in facts:
         if pod.node:
             by_node.setdefault(pod.node, []).append(pod)

@@ -18,7 +18,7 @@ from runbook import atomic
 from runbook.job.clock import SAMPLES
 from runbook.job.merge import merge_job
 from runbook.job.models import JobSpec
-from runbook.job.report_md import job_markdown
+from runbook.render.job_markdown import job_markdown
 from runbook.sweep.host import HostOptions
 from runbook.sweep.results import HostResult, SweepResult
 from runbook.sweep.run import ProposalQueue, SweepObserver, run_sweep

@@ -50,7 +50,7 @@ BUILTIN: dict[str, str] = {
     "text": "generic", "keyvalue": "generic", "host": "host", "journal": "journal",
     "kube": "kube", "nccl_log": "nccl_log", "nccl_tests": "nccl_tests",
     "nvidia_smi": "nvidia_smi", "procmem": "procmem", "rdma": "rdma",
-    "nccl_recovery": "recovery", "dcgm": "dcgm", "dcgm_diag": "dcgm_diag",
+    "nccl_recovery": "verify_collective", "dcgm": "dcgm", "dcgm_diag": "dcgm_diag",
 }  # fmt: skip
 
 

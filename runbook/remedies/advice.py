@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from runbook.remedies.estimate import Estimate, Input, Term, compute
-from runbook.remedies.units import human, quantity
+from runbook.units import human, quantity
 
 
 @dataclass(frozen=True)

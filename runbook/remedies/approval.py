@@ -27,7 +27,7 @@ from runbook.errors import RunbookError
 from runbook.remedies import plans
 from runbook.remedies.audit import AuditLog
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
-from runbook.remedies.store import Proposal, Store
+from runbook.remedies.store import QueuedProposal, Store
 from runbook.spec.models import ADVICE_KINDS
 from runbook.verdict import Verdict
 
@@ -53,7 +53,7 @@ def actor_name(as_user: str | None) -> str:
 
 @dataclass
 class Queued:
-    proposal: Proposal
+    proposal: QueuedProposal
     new: bool
     plan: plans.Plan | None
     plan_error: str | None
@@ -61,7 +61,7 @@ class Queued:
 
 @dataclass
 class Execution:
-    proposal: Proposal
+    proposal: QueuedProposal
     check: PlaybookResult
     apply: PlaybookResult | None
     result: dict[str, Any] = field(default_factory=dict)
@@ -200,7 +200,7 @@ class Desk:
             drain_pool_selector=self.config.drain.pool_selector,
         )
 
-    def replan_if_stale(self, pid: str) -> Proposal:
+    def replan_if_stale(self, pid: str) -> QueuedProposal:
         """A pending proposal whose source files changed since it was planned (an earlier
         approval patched the same manifest) gets a fresh plan against the files as they are,
         recorded in the audit trail; the approver then sees the new check-mode diff."""
@@ -229,7 +229,7 @@ class Desk:
 
     # --------------------------------------------------------------------------- decisions
     def _authorise(
-        self, proposal: Proposal, actor: str, as_user: str | None, action: str = "approve"
+        self, proposal: QueuedProposal, actor: str, as_user: str | None, action: str = "approve"
     ) -> None:
         """The approver is the OS user. With `approvers:` set, `--as NAME` counts only where
         the config's `delegation:` lets this OS user act as NAME; without it anyone may
@@ -249,12 +249,12 @@ class Desk:
                     {"reason": why, "action": action, "approvers": list(allowed)})  # fmt: skip
         raise Refused(why)
 
-    def _refuse(self, proposal: Proposal, actor: str, reason: str) -> Refused:
+    def _refuse(self, proposal: QueuedProposal, actor: str, reason: str) -> Refused:
         self.store.decide(proposal.id, "refused", actor=actor, reason=reason)
         self.record("refused", proposal.id, actor, {"reason": reason})
         return Refused(f"proposal {proposal.id} refused: {reason}")
 
-    def deny(self, pid: str, *, reason: str, as_user: str | None = None) -> Proposal:
+    def deny(self, pid: str, *, reason: str, as_user: str | None = None) -> QueuedProposal:
         if not reason.strip():
             raise Refused("a denial needs a reason (--reason)")
         actor = actor_name(as_user)
@@ -263,14 +263,16 @@ class Desk:
         self.record("denied", pid, actor, {"reason": reason})
         return proposal
 
-    def skip(self, pid: str, *, as_user: str | None = None) -> Proposal:
+    def skip(self, pid: str, *, as_user: str | None = None) -> QueuedProposal:
         """Left in the queue at a prompt: nothing changes but the audit trail, which says who
         saw it and chose not to decide (so "nobody looked" and "someone looked" differ)."""
         proposal = self.store.get(pid)
         self.record("skipped", pid, actor_name(as_user), {"state": proposal.state})
         return proposal
 
-    def recover(self, pid: str, *, as_user: str | None = None, force: bool = False) -> Proposal:
+    def recover(
+        self, pid: str, *, as_user: str | None = None, force: bool = False
+    ) -> QueuedProposal:
         """A proposal left `running` by a process that is gone → `failed`, audited; it is
         never run again (re-run the runbook for a fresh proposal). A runner that still lives is
         refused; one on another host (which this host cannot see) only with `force`."""
@@ -305,7 +307,7 @@ class Desk:
         self.record("recovered", pid, actor, {**result, "forced": force and gone is None})
         return done
 
-    def plan_of(self, proposal: Proposal) -> plans.Plan:
+    def plan_of(self, proposal: QueuedProposal) -> plans.Plan:
         if not proposal.plan or "playbook" not in proposal.plan:
             error = (proposal.plan or {}).get("error") or "no plan"
             raise Refused(f"proposal {proposal.id} cannot be executed: {error}")
@@ -334,8 +336,8 @@ class Desk:
         as_user: str | None = None,
         recheck: bool = True,
         on_task: Callable[[TaskOutcome], None] | None = None,
-        recheck_fn: Callable[[Proposal], Verdict | None] | None = None,
-        guard_fn: Callable[[Proposal, plans.Plan], tuple[bool, str]] | None = None,
+        recheck_fn: Callable[[QueuedProposal], Verdict | None] | None = None,
+        guard_fn: Callable[[QueuedProposal, plans.Plan], tuple[bool, str]] | None = None,
         checked: PlaybookResult | None = None,
     ) -> Execution:
         """`checked`: the check-mode run the approver has just seen (the guided prompt's
@@ -430,8 +432,8 @@ class Desk:
 
     # ------------------------------------------------------------------------------ helpers
     def _finish(
-        self, proposal: Proposal, actor: str, *, ok: bool, result: Mapping[str, Any]
-    ) -> Proposal:
+        self, proposal: QueuedProposal, actor: str, *, ok: bool, result: Mapping[str, Any]
+    ) -> QueuedProposal:
         done = self.store.finish(proposal.id, ok=ok, result=result)
         summary = {k: v for k, v in result.items() if k not in ("diff",)}
         self.record("executed" if ok else "failed", proposal.id, actor, summary)
@@ -439,7 +441,7 @@ class Desk:
 
     def _run(
         self,
-        proposal: Proposal,
+        proposal: QueuedProposal,
         plan: plans.Plan,
         *,
         check: bool,
@@ -457,7 +459,7 @@ class Desk:
             limit=plan.limit,
         )
 
-    def _post(self, proposal: Proposal, plan: plans.Plan) -> dict[str, Any]:
+    def _post(self, proposal: QueuedProposal, plan: plans.Plan) -> dict[str, Any]:
         """What a diagnostic remedy found (the A/B comparison)."""
         if proposal.kind == "nccl-ib-disable-ab":
             from runbook.remedies import ab
@@ -505,5 +507,5 @@ def default_config_state() -> Path:
     return state_dir()
 
 
-def dumps(proposal: Proposal) -> str:
+def dumps(proposal: QueuedProposal) -> str:
     return json.dumps(proposal.as_dict(), indent=2, default=str)

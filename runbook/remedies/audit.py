@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook.errors import RunbookError, disk_full_as_error
-from runbook.report.secrets import redact_data
+from runbook.redact import redact_data
 
 GENESIS = "0" * 64
 

@@ -54,7 +54,7 @@ from typing import Any
 
 from runbook.errors import UsageError
 from runbook.parsers.cgroup import slack
-from runbook.remedies.units import GiB, human, parse_size, quantity, round_up_mib
+from runbook.units import GiB, human, parse_size, quantity, round_up_mib
 
 #: the inputs by name: (kind, description); kind is `size`, `count` or `factor`
 NAMES: dict[str, tuple[str, str]] = {

@@ -11,11 +11,11 @@ from typing import Any
 
 from runbook.errors import RunbookError
 from runbook.remedies import plans
-from runbook.remedies.store import Proposal
+from runbook.remedies.store import QueuedProposal
 from runbook.verdict import Verdict
 
 
-def recheck(proposal: Proposal) -> Verdict | None:
+def recheck(proposal: QueuedProposal) -> Verdict | None:
     """Walk the proposal's runbook again, read-only, on the node it came from; the verdict
     (None when the proposal names no target or runbook to walk)."""
     from runbook.executor import NullObserver, RunDirectory, execute
@@ -72,7 +72,7 @@ def kubectl_nodes(
     return [i for i in items if isinstance(i, dict)]
 
 
-def drain_guard(proposal: Proposal, plan: plans.Plan) -> tuple[bool, str]:
+def drain_guard(proposal: QueuedProposal, plan: plans.Plan) -> tuple[bool, str]:
     """The blast-radius guard on the pool as it is now (node-drain only)."""
     if proposal.kind != "node-drain":
         return True, "not a drain"

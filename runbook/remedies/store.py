@@ -111,7 +111,7 @@ class Conflict(StoreError):
 
 
 @dataclass
-class Proposal:
+class QueuedProposal:
     id: str
     key: str
     kind: str
@@ -170,7 +170,7 @@ def this_process() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_ticks(os.getpid())}
 
 
-def runner_gone(proposal: Proposal) -> bool | None:
+def runner_gone(proposal: QueuedProposal) -> bool | None:
     """For a running proposal: True when the process that claimed it is gone, False when it
     still runs, None when that cannot be told here (another host, or no record of it)."""
     runner = proposal.runner or {}
@@ -183,12 +183,12 @@ def runner_gone(proposal: Proposal) -> bool | None:
     return start is None or (runner.get("start") is not None and start != runner.get("start"))
 
 
-def _row(row: sqlite3.Row) -> Proposal:
+def _row(row: sqlite3.Row) -> QueuedProposal:
     data = dict(row)
     for name in _JSON:
         data[name] = json.loads(data[name]) if data[name] is not None else None
     data["vars"] = data["vars"] or {}
-    return Proposal(**data)
+    return QueuedProposal(**data)
 
 
 class Store:
@@ -325,7 +325,7 @@ class Store:
         runbook: str | None = None,
         variables: Mapping[str, Any] | None = None,
         run_dir: str | None = None,
-    ) -> tuple[Proposal, bool]:
+    ) -> tuple[QueuedProposal, bool]:
         """Queue a proposal; `(proposal, True)` when new. The same proposal for the same node
         already pending is refreshed (new evidence, run and TTL), not queued twice."""
         now = time.time()
@@ -391,7 +391,7 @@ class Store:
                 )
         return self.get(pid), new
 
-    def claim(self, pid: str, *, actor: str) -> Proposal:
+    def claim(self, pid: str, *, actor: str) -> QueuedProposal:
         """pending → running for `actor`, atomically; Conflict for everyone else."""
         now = time.time()
         with self._tx() as db:
@@ -408,7 +408,7 @@ class Store:
 
     def decide(
         self, pid: str, state: str, *, actor: str | None, reason: str | None = None
-    ) -> Proposal:
+    ) -> QueuedProposal:
         """pending → denied | refused."""
         if state not in ("denied", "refused"):
             raise ValueError(state)
@@ -425,7 +425,7 @@ class Store:
             raise Conflict(self._not_pending(proposal))
         return proposal
 
-    def recover(self, pid: str, *, result: Mapping[str, Any]) -> Proposal:
+    def recover(self, pid: str, *, result: Mapping[str, Any]) -> QueuedProposal:
         """running → failed for a proposal whose process is gone (never re-run)."""
         now = time.time()
         with self._tx() as db:
@@ -440,7 +440,7 @@ class Store:
             raise Conflict(f"proposal {pid} is {proposal.state}, not running: nothing to recover")
         return proposal
 
-    def finish(self, pid: str, *, ok: bool, result: Mapping[str, Any]) -> Proposal:
+    def finish(self, pid: str, *, ok: bool, result: Mapping[str, Any]) -> QueuedProposal:
         """running → succeeded | failed, with the execution's outcome."""
         now = time.time()
         with self._tx() as db:
@@ -453,7 +453,7 @@ class Store:
                 raise Conflict(f"proposal {pid} is not running")
         return self.get(pid)
 
-    def set_plan(self, pid: str, plan: Mapping[str, Any]) -> Proposal:
+    def set_plan(self, pid: str, plan: Mapping[str, Any]) -> QueuedProposal:
         """A pending proposal's plan, replaced (re-planned against changed files)."""
         with self._tx() as db:
             cur = db.execute(
@@ -464,7 +464,7 @@ class Store:
                 raise Conflict(f"proposal {pid} is not pending")
         return self.get(pid)
 
-    def set_verification(self, pid: str, verification: Mapping[str, Any]) -> Proposal:
+    def set_verification(self, pid: str, verification: Mapping[str, Any]) -> QueuedProposal:
         with self._tx() as db:
             db.execute(
                 "UPDATE proposals SET verification=?, updated_at=? WHERE id=?",
@@ -522,13 +522,13 @@ class Store:
         row = self._db.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
         return Anchor(int(row["seq"]), str(row["hash"])) if row else None
 
-    def get(self, pid: str) -> Proposal:
+    def get(self, pid: str) -> QueuedProposal:
         row = self._db.execute("SELECT * FROM proposals WHERE id = ?", (pid,)).fetchone()
         if row is None:
             raise NotFound(f"no proposal {pid!r} in {self.path} (see `runbook approvals list`)")
         return _row(row)
 
-    def list(self, *, states: tuple[str, ...] | None = None) -> list[Proposal]:
+    def list(self, *, states: tuple[str, ...] | None = None) -> list[QueuedProposal]:
         if states:
             marks = ",".join("?" * len(states))
             rows = self._db.execute(
@@ -543,7 +543,7 @@ class Store:
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
 
     @staticmethod
-    def _not_pending(p: Proposal) -> str:
+    def _not_pending(p: QueuedProposal) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(p.decided_at or p.updated_at))
         if p.state == "running":
             if runner_gone(p):

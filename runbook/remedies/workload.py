@@ -44,8 +44,8 @@ from typing import Any, Literal
 
 import yaml
 
+from runbook import units
 from runbook.errors import UsageError
-from runbook.remedies import units
 
 SHM_PATH = "/dev/shm"
 MEMORY_MEDIUM = "Memory"  # the only spelling the kubelet accepts for a tmpfs emptyDir

@@ -1,5 +1,5 @@
 """The incident report and sanitized evidence: the file handling around the pure modules
-(`runbook.report.sanitize`, `runbook.report.secrets`, `runbook.report.markdown`).
+(`runbook.report.sanitize`, `runbook.redact`, `runbook.render.node_markdown`).
 
 `runbook report PATH` takes a run directory (its `bundle/` and `verdict.json`) or a bundle
 (analysed here), and renders the verdict as the incident write-up (Markdown) or JSON; with
@@ -21,9 +21,9 @@ import yaml
 from runbook import atomic
 from runbook import bundle as bundle_mod
 from runbook.errors import BundleError, UsageError
-from runbook.report import markdown
+from runbook.redact import redact, redact_data
+from runbook.render import node_markdown as markdown
 from runbook.report.sanitize import Sanitizer, observe_order
-from runbook.report.secrets import redact, redact_data
 from runbook.transports.base import CommandResult
 from runbook.verdict import Verdict, VerdictError
 
@@ -176,7 +176,7 @@ def _is_job_dir(path: Path) -> bool:
 def _job_report(path: Path, *, fmt: str, sanitize: bool) -> Report:
     """The job's report from job.json, as `run --job` wrote job.md; sanitized with one
     Sanitizer that learned every node's bundle (so a node is <NODE_2> everywhere)."""
-    from runbook.job.report_md import job_markdown
+    from runbook.render.job_markdown import job_markdown
 
     try:
         data = json.loads((path / "job.json").read_text(encoding="utf-8"))

@@ -12,7 +12,7 @@ shape (IPv4/IPv6, UUIDs, GPU/MIG UUIDs, PCI bus IDs, MAC addresses, 64-hex conta
 e-mail addresses, /home/USER). One `Sanitizer` serves a whole bundle and its verdict: the same
 original always gets the same placeholder, numbered in the order first seen, and the variants of
 one identifier (a UUID with `-` or `_`, a bus ID with an 8- or 4-digit domain or none, a host name
-in any case) share one. Credentials are redacted first (runbook.report.secrets).
+in any case) share one. Credentials are redacted first (runbook.redact).
 
 A name too short or too common to replace everywhere (namespace `ml`, `dev`: `/dev/shm` must
 survive) is replaced only where it is named as such: `namespace: dev`, `"namespace": "dev"`,
@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from runbook.report.secrets import redact
+from runbook.redact import redact
 
 #: a placeholder as this module writes it (never learned, never replaced again)
 PLACEHOLDER = re.compile(r"<[A-Z][A-Z0-9_]*>")

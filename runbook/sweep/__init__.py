@@ -12,12 +12,11 @@
     analyze.py               analyze-dir: fetched bundles through the same runbook
     merge.py                 sweep-merge: shard reports into one
     results.py               HostResult / SweepResult (sweep.json's model)
-    report_*.py, reports.py  sweep.md, junit.xml, runbook.prom; writing all four
-    progress.py              the live bar on a terminal, plain lines otherwise
+    reports.py               sweep.md, junit.xml, runbook.prom (rendered by runbook.render)
     checkpoint.py            progress.jsonl: each host's result as it completes (--resume)
     plan.py                  the probes for roles/evidence_collect (collect-plan)
 """
 
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.sweep.results import HostResult, HostStatus, SweepResult
 
-__all__ = ["HostResult", "Status", "SweepResult"]
+__all__ = ["HostResult", "HostStatus", "SweepResult"]

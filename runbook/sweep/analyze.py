@@ -24,8 +24,8 @@ from runbook.errors import BundleError, UsageError
 from runbook.executor import execute
 from runbook.spec.models import Runbook
 from runbook.sweep.host import warm_templates
-from runbook.sweep.pool import Job, run_pool
-from runbook.sweep.results import HostResult, Status, SweepResult, status_of
+from runbook.sweep.pool import Slot, run_pool
+from runbook.sweep.results import HostResult, HostStatus, SweepResult, status_of
 from runbook.sweep.run import NullSweepObserver, SweepObserver, crashed_result, now_iso
 
 #: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
@@ -58,7 +58,7 @@ def replay_context(meta: Any, variables: dict[str, Any]) -> dict[str, Any]:
 
 
 def analyze_bundle(
-    host: str, path: Path, runbook: Runbook, variables: Mapping[str, Any], job: Job
+    host: str, path: Path, runbook: Runbook, variables: Mapping[str, Any], slot: Slot
 ) -> HostResult:
     from runbook.transports.replay import ReplayTransport
 
@@ -66,7 +66,7 @@ def analyze_bundle(
     try:
         transport = ReplayTransport(path)
     except BundleError as exc:
-        return HostResult(host, target, Status.ERROR, job.elapsed(), error=exc.one_line())
+        return HostResult(host, target, HostStatus.ERROR, slot.elapsed(), error=exc.one_line())
     try:
         own = dict(variables)
         context = replay_context(transport.bundle.meta, own)
@@ -76,7 +76,7 @@ def analyze_bundle(
     finally:
         transport.close()
     return HostResult(
-        host, target, status_of(result.verdict), job.elapsed(), verdict=result.verdict
+        host, target, status_of(result.verdict), slot.elapsed(), verdict=result.verdict
     )
 
 
@@ -97,15 +97,17 @@ def analyze_dir(
     observer.started(len(bundles))
     hosts = run_pool(
         bundles,
-        lambda item, job: analyze_bundle(item[0], item[1], runbook, variables or {}, job),
-        overdue=lambda item, job: HostResult(
+        lambda item, slot: analyze_bundle(item[0], item[1], runbook, variables or {}, slot),
+        overdue=lambda item, slot: HostResult(
             item[0],
             f"replay://{item[1]}",
-            Status.TIMEOUT,
-            job.elapsed(),
+            HostStatus.TIMEOUT,
+            slot.elapsed(),
             error=f"analysis did not finish within {timeout_per_bundle:g}s",
         ),
-        crashed=lambda item, job, exc: crashed_result(item[0], f"replay://{item[1]}", (), job, exc),
+        crashed=lambda item, slot, exc: crashed_result(
+            item[0], f"replay://{item[1]}", (), slot, exc
+        ),
         forks=forks,
         deadline_s=timeout_per_bundle,
         on_result=observer.host_done,

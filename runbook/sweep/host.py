@@ -36,8 +36,8 @@ from runbook.output import count
 from runbook.spec.models import Runbook, Stage
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
-from runbook.sweep.pool import Job
-from runbook.sweep.results import HostResult, Status, status_of
+from runbook.sweep.pool import Slot
+from runbook.sweep.results import HostResult, HostStatus, status_of
 from runbook.transports.base import CommandResult, Probe, Transport
 from runbook.verdict import Verdict
 
@@ -247,14 +247,14 @@ def _with_known_hosts(options: Any, user_file: Path, own: Path) -> Any:
 
 
 class _Phase:
-    """Observer that keeps the job's phase current (for the timeout message)."""
+    """Observer that keeps the slot's phase current (for the timeout message)."""
 
-    def __init__(self, job: Job) -> None:
-        self.job = job
+    def __init__(self, slot: Slot) -> None:
+        self.slot = slot
 
     def stage_started(self, stage: Stage, index: int, total: int, probes: Sequence[Probe]) -> None:
-        if self.job.remaining() > 0:  # after the deadline the phase it was in stays
-            self.job.phase = f"stage {stage.id}"
+        if self.slot.remaining() > 0:  # after the deadline the phase it was in stays
+            self.slot.phase = f"stage {stage.id}"
 
     def probe_done(self, stage: Stage, result: CommandResult) -> None:
         pass
@@ -266,57 +266,57 @@ class _Phase:
         pass
 
 
-def _result(entry: HostEntry, job: Job, status: Status, **kw: Any) -> HostResult:
+def _result(entry: HostEntry, slot: Slot, status: HostStatus, **kw: Any) -> HostResult:
     return HostResult(
         host=entry.name,
         target=entry.target,
         status=status,
-        duration_s=job.elapsed(),
+        duration_s=slot.elapsed(),
         groups=entry.groups,
         **kw,
     )
 
 
 def timeout_result(
-    entry: HostEntry, job: Job, options: HostOptions, guarded: DeadlineTransport | None = None
+    entry: HostEntry, slot: Slot, options: HostOptions, guarded: DeadlineTransport | None = None
 ) -> HostResult:
-    where = job.phase
+    where = slot.phase
     if guarded is not None and guarded.cut:
         where += f": {', '.join(guarded.cut[:3])} stopped at the deadline"
     if guarded is not None and guarded.not_started:
         where += f"; {count(len(guarded.not_started), 'probe')} not started"
     return _result(
         entry,
-        job,
-        Status.TIMEOUT,
+        slot,
+        HostStatus.TIMEOUT,
         error=f"did not finish within its {options.timeout_per_host:g}s deadline ({where})",
     )
 
 
-def sweep_host(entry: HostEntry, options: HostOptions, job: Job) -> HostResult:
+def sweep_host(entry: HostEntry, options: HostOptions, slot: Slot) -> HostResult:
     """Walk the runbook over one host; never raises (everything is a HostResult)."""
     if entry.problem:
-        return _result(entry, job, Status(entry.problem_status), error=entry.problem)
-    job.phase = "connecting"
+        return _result(entry, slot, HostStatus(entry.problem_status), error=entry.problem)
+    slot.phase = "connecting"
     connect = entry.connect_timeout or options.connect_timeout
     try:
-        transport = open_entry(entry, options, max(0.1, min(connect, job.remaining())))
+        transport = open_entry(entry, options, max(0.1, min(connect, slot.remaining())))
     except (HostKeyError, AuthenticationError) as exc:
-        return _result(entry, job, Status.REFUSED, error=exc.one_line())
+        return _result(entry, slot, HostStatus.REFUSED, error=exc.one_line())
     except UnreachableError as exc:
         # out of time after the TCP connect (no banner, no answer to the key exchange): the
         # host accepted and hung; a connect that never got TCP through is unreachable
-        if job.remaining() <= 0 and not str(exc).endswith("connecting"):
-            return timeout_result(entry, job, options)
-        return _result(entry, job, Status.UNREACHABLE, error=exc.one_line())
+        if slot.remaining() <= 0 and not str(exc).endswith("connecting"):
+            return timeout_result(entry, slot, options)
+        return _result(entry, slot, HostStatus.UNREACHABLE, error=exc.one_line())
     except RunbookError as exc:
-        return _result(entry, job, Status.ERROR, error=exc.one_line())
+        return _result(entry, slot, HostStatus.ERROR, error=exc.one_line())
     except Exception as exc:  # a bug in a transport must not end the sweep
-        return _result(entry, job, Status.ERROR, error=f"{type(exc).__name__}: {exc}")
-    job.on_cancel(transport.close)
-    if job.cancelled:
-        return timeout_result(entry, job, options)
-    guarded = DeadlineTransport(transport, job.deadline)
+        return _result(entry, slot, HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
+    slot.on_cancel(transport.close)
+    if slot.cancelled:
+        return timeout_result(entry, slot, options)
+    guarded = DeadlineTransport(transport, slot.deadline)
     run_dir = None
     if options.keep_dir is not None:
         run_dir = RunDirectory(options.keep_dir / _safe_name(entry.name))
@@ -325,30 +325,30 @@ def sweep_host(entry: HostEntry, options: HostOptions, job: Job) -> HostResult:
         if options.clock_samples:
             from runbook.job.clock import measure_offset
 
-            job.phase = "reading its clock"
+            slot.phase = "reading its clock"
             offset = measure_offset(guarded, options.clock_samples)
             clock = offset.as_dict() if offset is not None else None
-        job.phase = "walking"
+        slot.phase = "walking"
         variables = {**entry.variables, **options.variables}
         result = execute(
             options.runbook,
             guarded,
             variables=variables,
-            observer=_Phase(job),
+            observer=_Phase(slot),
             run_dir=run_dir,
             max_parallel=options.max_parallel,
         )
     except Exception as exc:
-        return _result(entry, job, Status.ERROR, error=f"{type(exc).__name__}: {exc}")
+        return _result(entry, slot, HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")
     finally:
         transport.close()
         if run_dir is not None:
             run_dir.close()
-    if guarded.expired or job.cancelled:
-        return timeout_result(entry, job, options, guarded)
+    if guarded.expired or slot.cancelled:
+        return timeout_result(entry, slot, options, guarded)
     return _result(
         entry,
-        job,
+        slot,
         status_of(result.verdict),
         verdict=result.verdict,
         run_dir=str(run_dir.path) if run_dir else None,

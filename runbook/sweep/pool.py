@@ -1,10 +1,10 @@
 """A bounded pool of hosts in flight, each with a deadline that holds whatever the host does.
 
-At most `forks` hosts run at once, each in its own thread. A host's work gets a `Job`: its
+At most `forks` hosts run at once, each in its own thread. A host's work gets a `Slot`: its
 deadline, a phase for messages, and `on_cancel` to register what stops it (closing its
 transport). The coordinating thread — the caller's — hands results to `on_result` as they come
 and watches the deadlines: a host still running `grace_s` after its deadline is cancelled (its
-transport closed under it), recorded through `overdue(item, job)`, and its slot goes to the next
+transport closed under it), recorded through `overdue(item, slot)`, and its slot goes to the next
 host at once. The abandoned thread ends by itself (a closed connection fails every read; a
 connect that never got a banner ends at its own timeout, which is never longer than the
 deadline); whatever it returns then is dropped. So a host that accepts TCP and never speaks,
@@ -29,7 +29,7 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class Job:
+class Slot:
     """What a host's work knows of its slot: the deadline, a phase, cancellation."""
 
     def __init__(self, index: int, deadline: float, clock: Callable[[], float]) -> None:
@@ -53,7 +53,7 @@ class Job:
         return self._cancelled.is_set()
 
     def on_cancel(self, action: Callable[[], None]) -> None:
-        """Run `action` when the job is cancelled (at once if it already is)."""
+        """Run `action` when the slot is cancelled (at once if it already is)."""
         with self._lock:
             if not self._cancelled.is_set():
                 self._on_cancel.append(action)
@@ -73,40 +73,40 @@ class Job:
 def _quietly(action: Callable[[], None]) -> None:
     try:
         action()
-    except Exception:  # closing a dying connection may fail; the job is over either way
+    except Exception:  # closing a dying connection may fail; the slot is over either way
         log.debug("cancel action failed", exc_info=True)
 
 
-class _Slot(Generic[T]):
-    __slots__ = ("item", "job", "thread")
+class _Running(Generic[T]):
+    __slots__ = ("item", "slot", "thread")
 
-    def __init__(self, item: T, job: Job, thread: threading.Thread) -> None:
-        self.item, self.job, self.thread = item, job, thread
+    def __init__(self, item: T, slot: Slot, thread: threading.Thread) -> None:
+        self.item, self.slot, self.thread = item, slot, thread
 
 
 def run_pool(
     items: Sequence[T],
-    work: Callable[[T, Job], R],
+    work: Callable[[T, Slot], R],
     *,
-    overdue: Callable[[T, Job], R],
-    crashed: Callable[[T, Job, BaseException], R],
+    overdue: Callable[[T, Slot], R],
+    crashed: Callable[[T, Slot, BaseException], R],
     forks: int,
     deadline_s: float,
     on_result: Callable[[R], None] | None = None,
     grace_s: float = 1.0,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[R]:
-    """Run `work(item, job)` for every item, at most `forks` at once (see the module doc)."""
+    """Run `work(item, slot)` for every item, at most `forks` at once (see the module doc)."""
     if forks < 1:
         raise ValueError("forks must be >= 1")
     done: queue.SimpleQueue[tuple[int, R | None, BaseException | None]] = queue.SimpleQueue()
     results: list[R | None] = [None] * len(items)
-    running: dict[int, _Slot[T]] = {}
+    running: dict[int, _Running[T]] = {}
     next_index = 0
 
-    def worker(index: int, item: T, job: Job) -> None:
+    def worker(index: int, item: T, slot: Slot) -> None:
         try:
-            done.put((index, work(item, job), None))
+            done.put((index, work(item, slot), None))
         except BaseException as exc:  # reported, never lost with the thread
             done.put((index, None, exc))
 
@@ -118,35 +118,35 @@ def run_pool(
     while next_index < len(items) or running:
         while next_index < len(items) and len(running) < forks:
             item = items[next_index]
-            job = Job(next_index, clock() + deadline_s, clock)
+            slot = Slot(next_index, clock() + deadline_s, clock)
             thread = threading.Thread(
                 target=worker,
-                args=(next_index, item, job),
+                args=(next_index, item, slot),
                 name=f"sweep-{next_index}",
                 daemon=True,
             )
-            running[next_index] = _Slot(item, job, thread)
+            running[next_index] = _Running(item, slot, thread)
             thread.start()
             next_index += 1
-        wake = min(slot.job.deadline for slot in running.values()) + grace_s
+        wake = min(held.slot.deadline for held in running.values()) + grace_s
         try:
             index, result, error = done.get(timeout=max(0.0, wake - clock()))
         except queue.Empty:
             pass
         else:
-            slot = running.pop(index, None)
-            if slot is not None:  # else: a host already recorded as overdue; drop it
+            held = running.pop(index, None)
+            if held is not None:  # else: a host already recorded as overdue; drop it
                 if error is not None:
-                    finish(index, crashed(slot.item, slot.job, error))
+                    finish(index, crashed(held.item, held.slot, error))
                 else:
                     assert result is not None
                     finish(index, result)
         now = clock()
-        for index, slot in list(running.items()):
-            if now >= slot.job.deadline + grace_s:
+        for index, held in list(running.items()):
+            if now >= held.slot.deadline + grace_s:
                 del running[index]
-                slot.job.cancel()
-                finish(index, overdue(slot.item, slot.job))
+                held.slot.cancel()
+                finish(index, overdue(held.item, held.slot))
     out: list[R] = []
     for result in results:
         assert result is not None

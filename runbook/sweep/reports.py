@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runbook import atomic, metrics
 from runbook.errors import disk_full_as_error
-from runbook.sweep import report_junit, report_md, report_prom
+from runbook.render import sweep_junit, sweep_markdown, sweep_prometheus
 from runbook.sweep.results import SweepResult
 
 NAMES = ("sweep.json", "sweep.md", "junit.xml", "runbook.prom")
@@ -35,8 +35,8 @@ def render_json(sweep: SweepResult) -> str:
 
 def render_prom(sweep: SweepResult, places: list[Path]) -> str:
     """runbook.prom, carrying over the last success the files it replaces at `places` hold."""
-    previous = report_prom.previous_success(metrics.read_previous(places))
-    return report_prom.render(sweep, previous=previous)
+    previous = sweep_prometheus.previous_success(metrics.read_previous(places))
+    return sweep_prometheus.render(sweep, previous=previous)
 
 
 def write_reports(
@@ -51,8 +51,8 @@ def write_reports(
         places.append(textfile_dir / metrics.SWEEP_FILE)
     rendered = {
         "sweep.json": render_json(sweep),
-        "sweep.md": report_md.render(sweep),
-        "junit.xml": report_junit.render(sweep),
+        "sweep.md": sweep_markdown.render(sweep),
+        "junit.xml": sweep_junit.render(sweep),
         "runbook.prom": render_prom(sweep, places),
     }
     written = {}

@@ -29,7 +29,7 @@ from runbook.verdict import Verdict
 SWEEP_FORMAT = 1
 
 
-class Status(str, enum.Enum):
+class HostStatus(str, enum.Enum):
     HEALTHY = "healthy"
     FINDING = "finding"
     INCONCLUSIVE = "inconclusive"
@@ -40,9 +40,11 @@ class Status(str, enum.Enum):
 
 
 #: hosts the runbook could not clear
-FAILING = frozenset({Status.FINDING, Status.INCONCLUSIVE})
+FAILING = frozenset({HostStatus.FINDING, HostStatus.INCONCLUSIVE})
 #: hosts the runbook never got to analyse
-NOT_SWEPT = frozenset({Status.UNREACHABLE, Status.REFUSED, Status.TIMEOUT, Status.ERROR})
+NOT_SWEPT = frozenset(
+    {HostStatus.UNREACHABLE, HostStatus.REFUSED, HostStatus.TIMEOUT, HostStatus.ERROR}
+)
 
 #: root causes, worst first: what takes a node out of service before what a job can fix
 SEVERITY = (
@@ -64,15 +66,15 @@ _CONFIDENCE = {"high": 0, "medium": 1, "low": 2}
 def status_noun(status: str, n: int) -> str:
     """How a count of hosts in `status` is named: `finding` agrees in number (`2 findings`);
     the other statuses are adjectives (`2 healthy`, `1 unreachable`)."""
-    return ("finding" if n == 1 else "findings") if status == Status.FINDING.value else status
+    return ("finding" if n == 1 else "findings") if status == HostStatus.FINDING.value else status
 
 
-def status_of(verdict: Verdict) -> Status:
+def status_of(verdict: Verdict) -> HostStatus:
     if verdict.root_cause == "healthy":
-        return Status.HEALTHY
+        return HostStatus.HEALTHY
     if verdict.root_cause == "inconclusive":
-        return Status.INCONCLUSIVE
-    return Status.FINDING
+        return HostStatus.INCONCLUSIVE
+    return HostStatus.FINDING
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class HostResult:
 
     host: str
     target: str
-    status: Status
+    status: HostStatus
     duration_s: float = 0.0
     groups: tuple[str, ...] = ()
     verdict: Verdict | None = None
@@ -133,7 +135,7 @@ class HostResult:
         return cls(
             host=str(data["host"]),
             target=str(data.get("target") or ""),
-            status=Status(data["status"]),
+            status=HostStatus(data["status"]),
             duration_s=float(data.get("duration_s") or 0.0),
             groups=tuple(str(g) for g in data.get("groups") or ()),
             verdict=Verdict.from_json(verdict) if verdict is not None else None,
@@ -176,12 +178,12 @@ class SweepResult:
     resumed_from: str | None = None
 
     def counts(self) -> dict[str, int]:
-        counts = {status.value: 0 for status in Status}
+        counts = {status.value: 0 for status in HostStatus}
         for result in self.hosts:
             counts[result.status.value] += 1
         return counts
 
-    def by_status(self, statuses: Iterable[Status]) -> list[HostResult]:
+    def by_status(self, statuses: Iterable[HostStatus]) -> list[HostResult]:
         wanted = set(statuses)
         return [r for r in self.hosts if r.status in wanted]
 

@@ -18,8 +18,8 @@ from runbook.errors import RunbookError
 from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm_templates
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
-from runbook.sweep.pool import Job, run_pool
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.sweep.pool import Slot, run_pool
+from runbook.sweep.results import HostResult, HostStatus, SweepResult
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +51,13 @@ def now_iso() -> str:
 
 
 def crashed_result(
-    name: str, target: str, groups: tuple[str, ...], job: Job, exc: BaseException
+    name: str, target: str, groups: tuple[str, ...], slot: Slot, exc: BaseException
 ) -> HostResult:
     return HostResult(
         name,
         target,
-        Status.ERROR,
-        job.elapsed(),
+        HostStatus.ERROR,
+        slot.elapsed(),
         groups,
         error=f"internal error: {type(exc).__name__}: {exc}",
     )
@@ -148,10 +148,10 @@ def _pool(
 ) -> None:
     run_pool(
         entries,
-        lambda entry, job: sweep_host(entry, options, job),
-        overdue=lambda entry, job: timeout_result(entry, job, options),
-        crashed=lambda entry, job, exc: crashed_result(
-            entry.name, entry.target, entry.groups, job, exc
+        lambda entry, slot: sweep_host(entry, options, slot),
+        overdue=lambda entry, slot: timeout_result(entry, slot, options),
+        crashed=lambda entry, slot, exc: crashed_result(
+            entry.name, entry.target, entry.groups, slot, exc
         ),
         forks=forks,
         deadline_s=options.timeout_per_host,

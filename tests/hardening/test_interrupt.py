@@ -345,7 +345,7 @@ class _StopAfter:
 
 
 def _walk(bundle: Path, run_dir: Path | None, **kw: Any) -> dict[str, Any]:
-    from runbook.cli import _replay_context
+    from runbook.cli.app import _replay_context
 
     runbook = load_file(resolve("nccl-init-failure"))
     transport = ReplayTransport(bundle)

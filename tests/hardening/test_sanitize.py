@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 from runbook.report.incident import sanitize_bundle
 from runbook.report.sanitize import PLACEHOLDER, Sanitizer
 

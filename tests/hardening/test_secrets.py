@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runbook.report.secrets import REDACTED, RedactingFilter, redact, redact_data, redact_lines
+from runbook.redact import REDACTED, RedactingFilter, redact, redact_data, redact_lines
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLES = REPO / "tests" / "bundles"
@@ -167,7 +167,7 @@ def test_a_private_key_cut_off_before_its_end_line_is_still_redacted() -> None:
 def test_a_large_file_is_redacted_block_by_block_without_splitting_a_key() -> None:
     filler = [f"NCCL INFO chatter line number {i}\n" for i in range(2000)]
     lines = [*filler, *SECRETS["private-key"][0].splitlines(keepends=True), "\n", *filler]
-    from runbook.report import secrets as secrets_mod
+    from runbook import redact as secrets_mod
 
     original = secrets_mod.BLOCK_CHARS
     secrets_mod.BLOCK_CHARS = 1000  # many blocks, one key straddling a block boundary

@@ -200,8 +200,8 @@ def test_collect_then_estimate_memory_gives_the_same_figures(
     assert (out / "procmem" / f"{tree.pid}.status").is_file()
     assert not any(p.name.endswith(("cmdline", "environ")) for p in (out / "procmem").iterdir())
 
-    from runbook.cli import cli, main
-    from runbook.cli_estimate import estimate_memory
+    from runbook.cli.app import cli, main
+    from runbook.cli.estimate import estimate_memory
 
     cli.add_command(estimate_memory)
     assert main(["estimate-memory", str(out), "--format", "json"]) == 0

@@ -9,9 +9,9 @@ from typing import Any
 from runbook.job.clock import ClockSample, best_offset, parse_epoch
 from runbook.job.merge import merge_job, outliers, shared_cause
 from runbook.job.models import JobNode, JobSpec, RankSpec
-from runbook.job.report_md import job_markdown
+from runbook.render.job_markdown import job_markdown
 from runbook.sweep.inventory import HostEntry
-from runbook.sweep.results import HostResult, Status
+from runbook.sweep.results import HostResult, HostStatus
 from runbook.verdict import Verdict
 
 T0 = dt.datetime(2026, 11, 30, 3, 0, 0, tzinfo=dt.timezone.utc)
@@ -114,7 +114,7 @@ def result(
     return HostResult(
         node,
         f"ssh://root@{node}",
-        Status.FINDING if verdict else Status.UNREACHABLE,
+        HostStatus.FINDING if verdict else HostStatus.UNREACHABLE,
         verdict=Verdict.from_json(verdict) if verdict else None,
         error=None if verdict else "connection refused",
         clock={

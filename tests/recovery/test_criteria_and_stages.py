@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from runbook.errors import UsageError
-from runbook.recovery import thresholds
-from runbook.recovery.criteria import Expectation, RunInput, evaluate
-from runbook.recovery.fabric import parse_ibv_devinfo
-from runbook.recovery.stages import (
-    Stage,
+from runbook.parsers import busbw_thresholds as thresholds
+from runbook.parsers.ibv_devinfo import parse_ibv_devinfo
+from runbook.parsers.verify_criteria import Expectation, RunInput, evaluate
+from runbook.verify.stages import (
+    ReplayStage,
     judge,
     ladder,
     parse_headroom,
@@ -183,7 +183,7 @@ def test_knobs_stages_and_the_ladder_back_to_the_original() -> None:
 
 
 def test_the_job_command_gets_each_value_as_one_shell_word() -> None:
-    stage = Stage(2, {"workers": "2", "batch": "64; rm -rf /"})
+    stage = ReplayStage(2, {"workers": "2", "batch": "64; rm -rf /"})
     assert render_command("train --w {workers} --b {batch} --s {stage}", stage) == \
         "train --w 2 --b '64; rm -rf /' --s 2"
     with pytest.raises(UsageError, match=r"uses \{prefetch\} but stage 2"):
@@ -217,7 +217,7 @@ def report(outcome: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_judging_a_stage_report() -> None:
-    stage = Stage(3, {"workers": "2"})
+    stage = ReplayStage(3, {"workers": "2"})
     ok = judge(stage, report("completed"))
     assert ok.passed and "ran to completion: peak 890.0 MiB of 1.2 GiB" in ok.reason
     assert ok.summary["anon_bytes"] == 700000000 and ok.summary["first_collective_s"] == 2.5

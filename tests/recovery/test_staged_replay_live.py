@@ -162,7 +162,7 @@ def _approve_on_a_terminal(cli: Cli, pid: str) -> str:
 
 
 def _limit_in(manifest: Path) -> int:
-    from runbook.remedies.units import parse_size
+    from runbook.units import parse_size
 
     doc = yaml.safe_load(manifest.read_text())
     trainer = doc["spec"]["template"]["spec"]["containers"][0]

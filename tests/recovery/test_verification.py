@@ -19,10 +19,10 @@ import pytest
 from rich.console import Console
 
 from runbook import config as config_mod
-from runbook.remedies import verification
 from runbook.remedies.approval import Desk, Refused
 from runbook.remedies.audit import verify as verify_chain
 from runbook.remedies.plans import Target
+from runbook.verify import record as verification
 from tests.hosts.fixtures import HostFactory
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.recovery import shims
@@ -71,7 +71,7 @@ def test_a_verdict_is_recorded_on_the_proposal_and_in_the_audit_trail(tmp_path: 
 
 
 def test_without_a_terminal_the_approval_prints_the_exact_verify_command(tmp_path: Path) -> None:
-    from runbook.recovery.offer import offer_verification
+    from runbook.cli.verify_offer import offer_verification
 
     out = io.StringIO()
     console = Console(file=out, width=300)

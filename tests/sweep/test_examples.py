@@ -15,7 +15,7 @@ from typing import Any
 import click
 import yaml
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 from tests.sweep.helpers import REPO
 
 EXAMPLES = REPO / "examples" / "scheduling"

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
-from runbook.sweep.pool import Job, run_pool
+from runbook.sweep.pool import Slot, run_pool
 
 
 def test_never_more_than_forks_in_flight_and_results_in_order() -> None:
     lock = threading.Lock()
     in_flight = peak = 0
 
-    def work(item: int, job: Job) -> str:
+    def work(item: int, slot: Slot) -> str:
         nonlocal in_flight, peak
         with lock:
             in_flight += 1
@@ -45,10 +45,10 @@ def test_a_host_that_never_returns_is_overdue_at_its_deadline_and_cancelled() ->
     never = threading.Event()
     cancelled: list[int] = []
 
-    def work(item: int, job: Job) -> str:
+    def work(item: int, slot: Slot) -> str:
         if item == 0:
-            job.on_cancel(lambda: cancelled.append(item))
-            job.phase = "stage kernel-logs"
+            slot.on_cancel(lambda: cancelled.append(item))
+            slot.phase = "stage kernel-logs"
             never.wait(30)
             return "woke"
         time.sleep(0.05)
@@ -60,7 +60,7 @@ def test_a_host_that_never_returns_is_overdue_at_its_deadline_and_cancelled() ->
         results = run_pool(
             list(range(6)),
             work,
-            overdue=lambda i, job: phases.append(job.phase) or f"overdue{i}",  # type: ignore[func-returns-value]
+            overdue=lambda i, slot: phases.append(slot.phase) or f"overdue{i}",  # type: ignore[func-returns-value]
             crashed=lambda i, j, e: "boom",
             forks=2,
             deadline_s=0.5,
@@ -76,7 +76,7 @@ def test_a_host_that_never_returns_is_overdue_at_its_deadline_and_cancelled() ->
 
 
 def test_a_crash_in_one_hosts_work_is_that_hosts_result() -> None:
-    def work(item: int, job: Job) -> str:
+    def work(item: int, slot: Slot) -> str:
         if item == 1:
             raise RuntimeError("parser exploded")
         return "fine"
@@ -93,11 +93,11 @@ def test_a_crash_in_one_hosts_work_is_that_hosts_result() -> None:
 
 
 def test_a_cancel_action_registered_late_runs_at_once() -> None:
-    job = Job(0, time.monotonic() + 1, time.monotonic)
-    job.cancel()
+    slot = Slot(0, time.monotonic() + 1, time.monotonic)
+    slot.cancel()
     ran: list[str] = []
-    job.on_cancel(lambda: ran.append("closed"))
-    assert ran == ["closed"] and job.cancelled
+    slot.on_cancel(lambda: ran.append("closed"))
+    assert ran == ["closed"] and slot.cancelled
     with pytest.raises(ValueError):
         run_pool(
             [1],

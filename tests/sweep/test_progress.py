@@ -9,18 +9,18 @@ import os
 
 from rich.console import Console
 
-from runbook.sweep.progress import BarProgress, LineProgress, progress_for
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.render.sweep_progress import BarProgress, LineProgress, progress_for
+from runbook.sweep.results import HostResult, HostStatus, SweepResult
 from runbook.verdict import Verdict
 
 RESULTS = [
-    HostResult("h1", "ssh://h1", Status.HEALTHY, 0.5, verdict=Verdict("h1", "healthy", "high")),
+    HostResult("h1", "ssh://h1", HostStatus.HEALTHY, 0.5, verdict=Verdict("h1", "healthy", "high")),
     HostResult(
-        "h2", "ssh://h2", Status.FINDING, 0.7, verdict=Verdict("h2", "gpu-hardware", "high")
+        "h2", "ssh://h2", HostStatus.FINDING, 0.7, verdict=Verdict("h2", "gpu-hardware", "high")
     ),
-    HostResult("h3", "ssh://h3", Status.UNREACHABLE, 3.0, error="cannot connect: No route"),
+    HostResult("h3", "ssh://h3", HostStatus.UNREACHABLE, 3.0, error="cannot connect: No route"),
     HostResult(
-        "h4", "ssh://h4", Status.INCONCLUSIVE, 0.9, verdict=Verdict("h4", "inconclusive", "low")
+        "h4", "ssh://h4", HostStatus.INCONCLUSIVE, 0.9, verdict=Verdict("h4", "inconclusive", "low")
     ),
 ]
 DONE = SweepResult("rb", "inv", RESULTS, "t0", "t1", 4.0)

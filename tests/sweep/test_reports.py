@@ -19,7 +19,7 @@ from runbook.spec import load_file, resolve
 from runbook.sweep.analyze import analyze_dir
 from runbook.sweep.merge import merge
 from runbook.sweep.reports import write_reports
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.sweep.results import HostResult, HostStatus, SweepResult
 from runbook.verdict import Verdict
 from tests.sweep.helpers import REPO, parse_prom
 
@@ -55,7 +55,7 @@ def test_every_recorded_bundle_reaches_its_recorded_root_cause(corpus_sweep: Swe
     for name in PICKED:
         expected = yaml.safe_load((CORPUS / name / "expected.yaml").read_text())
         assert hosts[name].root_cause == expected["root_cause"], name
-    assert hosts["broken"].status is Status.ERROR
+    assert hosts["broken"].status is HostStatus.ERROR
     assert "unknown bundle format 7" in str(hosts["broken"].error)
     assert corpus_sweep.exit_code() == 1
 
@@ -113,12 +113,12 @@ def test_reports_stay_valid_whatever_text_they_carry(
             "hosts": [
                 *corpus_sweep.hosts,
                 HostResult(
-                    nasty, "ssh://root@h:22", Status.UNREACHABLE, 1.0, error='no\x00route | "x"'
+                    nasty, "ssh://root@h:22", HostStatus.UNREACHABLE, 1.0, error='no\x00route | "x"'
                 ),
                 HostResult(
                     "ok-but-odd",
                     "ssh://root@o:22",
-                    Status.HEALTHY,
+                    HostStatus.HEALTHY,
                     1.0,
                     verdict=Verdict(nasty, "healthy", "high"),
                 ),
@@ -150,7 +150,8 @@ def test_a_merge_keeps_the_latest_result_of_a_host_and_the_stalest_success(
         **{**corpus_sweep.__dict__, "shard": "1/2", "finished_ts": 100.0, "duration_s": 10.0}
     )
     redo = HostResult(
-        "healthy", "replay://x", Status.FINDING, 1.0, verdict=Verdict("x", "gpu-hardware", "high")
+        "healthy", "replay://x", HostStatus.FINDING, 1.0,
+        verdict=Verdict("x", "gpu-hardware", "high"),
     )
     new = SweepResult(
         **{

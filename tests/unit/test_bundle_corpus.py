@@ -30,7 +30,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 
 BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
 NAMES = sorted(p.parent.name for p in BUNDLES.glob("*/expected.yaml"))

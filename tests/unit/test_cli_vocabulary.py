@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import click
 import pytest
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 from runbook.redacted_output import RedactingStream
 
 #: commands whose output is not a report: the demo is an interactive walk, graph renders a

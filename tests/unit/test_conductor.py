@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from runbook.conductor import Conductor, Status
+from runbook.conductor import Conductor, StageStatus
 from runbook.diagnosis import build_verdict
 from runbook.spec.models import END, Collect, Remedy, Rule, RuleOut, Runbook, Stage
 from runbook.transports.base import CommandResult
@@ -67,7 +67,7 @@ def test_a_matching_rule_records_its_finding_and_routes_past_the_next_stage() ->
     record = conductor.record(
         "gpu", {"gpu.txt": _result("gpu.txt", "xid=79")}, {"keyvalue": {"xid": 79}}
     )
-    assert record.status is Status.ANOMALY
+    assert record.status is StageStatus.ANOMALY
     assert [f.text for f in record.findings] == ["Xid 79"]
     assert conductor.current == "nccl"
     assert record.reason.startswith("rule 1")
@@ -119,9 +119,9 @@ def test_failed_probes_make_the_stage_an_error_and_the_verdict_inconclusive() ->
         {"gpu.txt": _result("gpu.txt", exited=None, timed_out=True, duration=5.0)},
         {"keyvalue": {}},
     )
-    assert conductor.records["gpu"].status is Status.ERROR
+    assert conductor.records["gpu"].status is StageStatus.ERROR
     conductor.record("memory", {"mem.txt": _result("mem.txt", exited=127)}, {"keyvalue": {}})
-    assert conductor.records["memory"].status is Status.NOT_COLLECTED
+    assert conductor.records["memory"].status is StageStatus.NOT_COLLECTED
     conductor.record("nccl", {}, {})
     verdict = build_verdict(conductor, node="n")
     assert verdict.root_cause == "inconclusive"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 
 BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
 SAMPLES = Path(__file__).resolve().parent / "parsers" / "samples" / "dcgm"

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from runbook import bundle
-from runbook.cli import cli, main
-from runbook.cli_estimate import estimate_memory
+from runbook import bundle, units
+from runbook.cli.app import cli, main
+from runbook.cli.estimate import estimate_memory
 from runbook.errors import UsageError
 from runbook.parsers import get
-from runbook.remedies import advice, estimate, units
+from runbook.remedies import advice, estimate
 from runbook.remedies.estimate import EstimateError, Input, Inputs, compute
 from runbook.transports.base import CommandResult
 

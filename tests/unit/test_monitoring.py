@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from runbook import metrics
-from runbook.sweep import report_prom
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.render import sweep_prometheus as report_prom
+from runbook.sweep.results import NOT_SWEPT, HostResult, HostStatus, SweepResult
 from runbook.verdict import Verdict
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,9 +63,9 @@ def written_names() -> set[str]:
     hosts = [
         HostResult(f"h-{s.value}", "ssh://root@h:22", s, 1.0,
                    verdict=Verdict(f"h-{s.value}", "healthy", "high")
-                   if s not in (Status.UNREACHABLE, Status.REFUSED, Status.TIMEOUT, Status.ERROR)
+                   if s not in NOT_SWEPT
                    else None)
-        for s in Status
+        for s in HostStatus
     ]
     sweep = SweepResult("nccl-init-failure", "inv", hosts, "a", "b", 1.0, finished_ts=100.0)
     pending = [_Pending("memory-limit", "host-memory-oom", 10.0, 50.0)]

@@ -8,26 +8,25 @@ from dataclasses import dataclass
 
 from runbook import metrics, notify
 from runbook.oncall import due_notices
-from runbook.sweep import report_prom
-from runbook.sweep.results import HostResult, Status, SweepResult
+from runbook.render import sweep_prometheus as report_prom
+from runbook.sweep.results import NOT_SWEPT, HostResult, HostStatus, SweepResult
 from runbook.verdict import Verdict
 from tests.sweep.helpers import parse_prom
 
 LAST_SUCCESS = "runbook_sweep_last_success_timestamp_seconds"
 
 
-def sweep_of(*statuses: Status, finished: float = 1000.0) -> SweepResult:
+def sweep_of(*statuses: HostStatus, finished: float = 1000.0) -> SweepResult:
     hosts = [
         HostResult(f"h{i}", "ssh://root@h:22", s, 1.0,
-                   verdict=None if s in (Status.UNREACHABLE, Status.ERROR, Status.TIMEOUT,
-                                         Status.REFUSED) else Verdict(f"h{i}", "healthy", "high"))
+                   verdict=None if s in NOT_SWEPT else Verdict(f"h{i}", "healthy", "high"))
         for i, s in enumerate(statuses)
     ]
     return SweepResult("rb", "inv", hosts, "a", "b", 2.0, finished_ts=finished)
 
 
 def test_a_sweep_that_reached_one_host_is_a_success() -> None:
-    samples = parse_prom(report_prom.render(sweep_of(Status.UNREACHABLE, Status.HEALTHY)))
+    samples = parse_prom(report_prom.render(sweep_of(HostStatus.UNREACHABLE, HostStatus.HEALTHY)))
     assert samples[LAST_SUCCESS] == [({}, 1000.0)]
     assert samples["runbook_sweep_last_run_reached_hosts"] == [({}, 1.0)]
     assert samples["runbook_sweep_host_not_swept"] == [
@@ -36,7 +35,8 @@ def test_a_sweep_that_reached_one_host_is_a_success() -> None:
 
 
 def test_a_sweep_of_no_host_or_only_failures_keeps_the_previous_success_or_has_none() -> None:
-    for sweep in (sweep_of(), sweep_of(Status.UNREACHABLE, Status.ERROR, Status.TIMEOUT)):
+    failures = (HostStatus.UNREACHABLE, HostStatus.ERROR, HostStatus.TIMEOUT)
+    for sweep in (sweep_of(), sweep_of(*failures)):
         assert not report_prom.reached_hosts(sweep)
         assert LAST_SUCCESS not in parse_prom(report_prom.render(sweep))
         kept = parse_prom(report_prom.render(sweep, previous=400.0))
@@ -45,10 +45,10 @@ def test_a_sweep_of_no_host_or_only_failures_keeps_the_previous_success_or_has_n
 
 
 def test_the_last_success_never_moves_backwards_and_is_read_from_earlier_files() -> None:
-    earlier = report_prom.render(sweep_of(Status.HEALTHY, finished=5000.0))
+    earlier = report_prom.render(sweep_of(HostStatus.HEALTHY, finished=5000.0))
     previous = report_prom.previous_success(["garbage\n", earlier])
     assert previous == 5000.0
-    later = parse_prom(report_prom.render(sweep_of(Status.HEALTHY), previous=previous))
+    later = parse_prom(report_prom.render(sweep_of(HostStatus.HEALTHY), previous=previous))
     assert later[LAST_SUCCESS] == [({}, 5000.0)]  # a merge of older shards moves nothing back
 
 

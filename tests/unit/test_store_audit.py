@@ -207,7 +207,7 @@ def test_expiry_is_visible(tmp_path):
 def test_audit_verify_warns_when_the_store_holds_no_anchor(tmp_path, capsys):
     """A cut tail is a valid chain: without the store's anchor `audit verify` cannot tell,
     and says so instead of a bare "chain intact"."""
-    from runbook.cli import main
+    from runbook.cli.app import main
 
     log = AuditLog(tmp_path / "audit.jsonl")
     entries = [log.append("proposed", proposal=f"p{i}") for i in range(3)]

@@ -127,7 +127,7 @@ def test_a_sweep_report_whose_verdict_does_not_fit_is_one_line_not_a_traceback(
 ) -> None:
     import json
 
-    from runbook.cli import main
+    from runbook.cli.app import main
 
     host = {
         "host": "n1", "target": "ssh://n1", "status": "finding", "duration_s": 1.0,

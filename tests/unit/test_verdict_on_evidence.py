@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from runbook.cli import cli
+from runbook.cli.app import cli
 from runbook.parsers import registry
 
 BUNDLES = Path(__file__).resolve().parents[1] / "bundles"

@@ -3,7 +3,7 @@
 Exit codes: 0 resumed to the end (whatever it found) or nothing to do; 2 not a resumable run
 (no run.json, its runbook changed, a state that does not fit), or the run is still going in
 another process; 3 the target is unreachable or refused; 130/143/129 interrupted again (the
-run directory stays resumable). Registered by runbook/cli.py through `COMMANDS`.
+run directory stays resumable). Registered by runbook/cli/app.py through `COMMANDS`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.cli_options import format_option, textfile_dir_option
+from runbook.cli.options import format_option, textfile_dir_option
 from runbook.errors import StateError
 from runbook.output import output_console, verbosity
 from runbook.verdict import Verdict
@@ -57,7 +57,7 @@ def approvals_phase(
         # run's approvals are done
         ApprovalLedger(directory, []).finish()
         return
-    from runbook.cli_approvals import guided_approvals
+    from runbook.cli.approvals import guided_approvals
     from runbook.remedies.approval import Desk
     from runbook.remedies.plans import Target
 
@@ -143,9 +143,9 @@ def resume(
     runbook resume ~/.local/state/nccl-runbook/runs/20260304T104000Z-nccl-init-failure-3f9c0a
     """
     from runbook import config as config_mod
-    from runbook.console import render_verdict
     from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
+    from runbook.render.console import render_verdict
     from runbook.resume import (
         events,
         read_ledger,
@@ -209,7 +209,7 @@ def _walk_rest(
     console: Console, directory: Any, record: Any, runbook: Any, *, verbose: bool
 ) -> Verdict:
     """Re-open the target, read its preamble again and walk what is left; the verdict."""
-    from runbook.cli import _open, guided_walk
+    from runbook.cli.app import _open, guided_walk
     from runbook.conductor import Conductor
     from runbook.resume import events, read_state
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runbook.cli_options import complete_proposal, format_option, load_config, textfile_dir_option
+from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
@@ -194,7 +194,7 @@ def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
         for line in p.result.get("failed") or []:
             console.print(f"    failed: {escape(str(line))}")
     if p.verification:
-        from runbook.recovery.render import print_lines, verification_lines
+        from runbook.render.verify import print_lines, verification_lines
 
         print_lines(console, [f"  {line}" for line in verification_lines(p.verification)])
 
@@ -288,7 +288,7 @@ def approve_cmd(
         )
         report_execution(console, execution)
         if execution.ok:
-            from runbook.recovery.offer import offer_verification
+            from runbook.cli.verify_offer import offer_verification
 
             offer_verification(console, desk, execution.proposal,
                                interactive=sys.stdin.isatty() and fmt == "text",
@@ -599,7 +599,7 @@ def guided_approvals(
         decided(p.id, execution.proposal.state)
         report_execution(console, execution)
         if execution.ok:
-            from runbook.recovery.offer import offer_verification
+            from runbook.cli.verify_offer import offer_verification
 
             offer_verification(console, desk, execution.proposal, interactive=interactive,
                                as_user=as_user)

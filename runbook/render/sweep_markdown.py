@@ -11,7 +11,7 @@ from runbook.sweep.results import (
     NOT_SWEPT,
     SEVERITY,
     HostResult,
-    Status,
+    HostStatus,
     SweepResult,
     ordered_findings,
     status_noun,
@@ -72,7 +72,7 @@ def render(sweep: SweepResult) -> str:
     for host in sweep.hosts:
         key = host.root_cause if host.verdict is not None else host.status.value
         by_cause.setdefault(key or "inconclusive", []).append(host)
-    order = [*SEVERITY, *(s.value for s in Status)]
+    order = [*SEVERITY, *(s.value for s in HostStatus)]
     for cause in sorted(by_cause, key=lambda c: (order.index(c) if c in order else 0, c)):
         hosts = by_cause[cause]
         lines.append(f"| {_cell(cause)} | {len(hosts)} | {_cell(_names(hosts))} |")

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook.parsers._common import to_jsonable
+from runbook.parsers.busbw_thresholds import Threshold
+from runbook.parsers.ibv_devinfo import HcaPort, fixed_set_report
 from runbook.parsers.nccl_log import merge, parse_nccl_log
 from runbook.parsers.nccl_tests import NcclTestsFacts, parse_nccl_tests
-from runbook.recovery.fabric import HcaPort, fixed_set_report
-from runbook.recovery.thresholds import Threshold
 
 ORDER = ("completed", "correct", "bandwidth", "stable", "transport", "fixed-set")
 #: the trailer the runbook's loop writes after each run (nccl-tests prints no exit status)

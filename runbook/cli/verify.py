@@ -14,8 +14,8 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.cli import _open, parse_vars, target_options
-from runbook.cli_options import complete_proposal, format_option, load_config, textfile_dir_option
+from runbook.cli.app import _open, parse_vars, target_options
+from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
@@ -52,7 +52,7 @@ def _desk(ctx: click.Context, db: str | None) -> Any:
 
 
 def _stage_printer(console: Console) -> tuple[Any, Any]:
-    from runbook.recovery.render import print_lines, stage_lines
+    from runbook.render.verify import print_lines, stage_lines
 
     def started(stage: Any) -> None:
         console.print(f"\n[bold]━━ replay stage {stage.index}[/]: {escape(stage.label)}")
@@ -91,13 +91,13 @@ def verify_cmd(
     """Check that proposal ID's fix held: the nccl-recovery-check collective test on the node,
     then (memory remedies, or with --command) the staged replay of the job under the pod's
     limit; record `verified` or `failed-verification` against ID."""
-    from runbook.console import GuidedConsole
-    from runbook.recovery.offer import open_stored_target
-    from runbook.recovery.render import print_verification
-    from runbook.recovery.verify import ReplayRequest, new_run_dir, verify
+    from runbook.cli.verify_offer import open_stored_target
     from runbook.remedies import plans
     from runbook.remedies.approval import Refused, actor_name
-    from runbook.remedies.verification import verifiable
+    from runbook.render.console import GuidedConsole
+    from runbook.render.verify import print_verification
+    from runbook.verify.check import ReplayRequest, new_run_dir, verify
+    from runbook.verify.record import verifiable
 
     variables = parse_vars(var_items)
     request = ReplayRequest(command=job_command, stages=stages, pod_cgroup=pod_cgroup,
@@ -164,10 +164,10 @@ def replay_stages_cmd(
     """Re-run a job's configuration stage by stage in its pod's memory cgroup, recording each
     stage's pod peak (per container), per-rank peak and first collective; stop at the first
     stage that comes within the headroom of the limit, before the kernel OOM-kills anything."""
-    from runbook.recovery.render import print_lines, replay_lines
-    from runbook.recovery.replay import DEFAULT_PATTERN, ReplaySpec, run_replay
-    from runbook.recovery.stages import ladder, parse_headroom, parse_knobs, stages_from
-    from runbook.remedies.units import parse_size
+    from runbook.render.verify import print_lines, replay_lines
+    from runbook.units import parse_size
+    from runbook.verify.replay import DEFAULT_PATTERN, ReplaySpec, run_replay
+    from runbook.verify.stages import ladder, parse_headroom, parse_knobs, stages_from
 
     if not pod_cgroup or not job_command:
         raise click.UsageError("--cgroup and --command are required")

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from runbook.cli_options import format_option
+from runbook.cli.options import format_option
 from runbook.errors import RunbookError, UsageError
 
 

@@ -3,9 +3,9 @@
 against the node's GPUs (`nvidia-smi-L.txt`, `nvidia-smi-q.txt`, `nvidia-smi-topo-m.txt`) and,
 for a multi-node run, its HCAs (`ibv-devinfo.txt`).
 
-The criteria and the causes they name are runbook.recovery.criteria's; the thresholds come from
-runbook/data/busbw-thresholds.yaml unless `min_busbw` is given. Variables read: `gpus`, `nodes`,
-`hosts`, `nics`, `nccl_version`, `ib_gid_index`, `min_busbw`, `max_spread_pct`.
+The criteria and the causes they name are runbook.parsers.verify_criteria's; the thresholds
+come from runbook/data/busbw-thresholds.yaml unless `min_busbw` is given. Variables read:
+`gpus`, `nodes`, `hosts`, `nics`, `nccl_version`, `ib_gid_index`, `min_busbw`, `max_spread_pct`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from runbook.parsers._common import files_under, is_collected, iter_lines
+from runbook.parsers.busbw_thresholds import Threshold, ThresholdError, lookup, topology_of
+from runbook.parsers.ibv_devinfo import parse_ibv_devinfo
 from runbook.parsers.nvidia_smi import F_L, F_Q, F_TOPO, parse_list, parse_q, parse_topo
 from runbook.parsers.registry import Files, register
-from runbook.recovery.criteria import Expectation, RunInput, evaluate, run_facts
-from runbook.recovery.fabric import parse_ibv_devinfo
-from runbook.recovery.thresholds import Threshold, ThresholdError, lookup, topology_of
+from runbook.parsers.verify_criteria import Expectation, RunInput, evaluate, run_facts
 
 PREFIX = "nccl-tests/recovery-"
 F_IBV = "ibv-devinfo.txt"

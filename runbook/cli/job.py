@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from runbook.cli_options import load_config
+from runbook.cli.options import load_config
 from runbook.errors import UsageError
 
 JOB_KEYS = (
@@ -135,14 +135,14 @@ def run_job_command(
     job_kw: dict[str, Any],
     kw: dict[str, Any],
 ) -> None:
-    from runbook.cli import parse_vars
-    from runbook.cli_sweep import ssh_config_options
+    from runbook.cli.app import parse_vars
+    from runbook.cli.sweep import ssh_config_options
     from runbook.job.resolve import resolve_job
     from runbook.job.run import run_job
     from runbook.remedies.approval import Desk
+    from runbook.render.sweep_progress import progress_for
     from runbook.spec import load_file, resolve
     from runbook.sweep.host import HostOptions
-    from runbook.sweep.progress import progress_for
     from runbook.sweep.run import ProposalQueue
     from runbook.targets import TargetOptions
 

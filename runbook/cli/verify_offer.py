@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.remedies import plans
-from runbook.remedies.store import Proposal
+from runbook.remedies.store import QueuedProposal
 
 
-def verify_command(desk: Any, proposal: Proposal, *, target: str | None = None) -> str:
+def verify_command(desk: Any, proposal: QueuedProposal, *, target: str | None = None) -> str:
     """`runbook verify ID --target URL` (with `--db` when the store is not the configured one)."""
     from runbook import config as config_mod
 
@@ -52,7 +52,7 @@ def open_stored_target(target: plans.Target) -> Any:
 
 
 def offer_verification(
-    console: Console, desk: Any, proposal: Proposal, *, interactive: bool,
+    console: Console, desk: Any, proposal: QueuedProposal, *, interactive: bool,
     as_user: str | None = None,
 ) -> None:
     if proposal.state != "succeeded":
@@ -75,14 +75,14 @@ def offer_verification(
 
 
 def run_now(
-    console: Console, desk: Any, proposal: Proposal, target: plans.Target,
+    console: Console, desk: Any, proposal: QueuedProposal, target: plans.Target,
     *, as_user: str | None = None,
 ) -> None:
-    from runbook.console import GuidedConsole
     from runbook.errors import RunbookError
-    from runbook.recovery.render import print_lines, print_verification, stage_lines
-    from runbook.recovery.verify import ReplayRequest, new_run_dir, verify
     from runbook.remedies.approval import actor_name
+    from runbook.render.console import GuidedConsole
+    from runbook.render.verify import print_lines, print_verification, stage_lines
+    from runbook.verify.check import ReplayRequest, new_run_dir, verify
 
     try:
         transport = open_stored_target(target)

@@ -1,10 +1,10 @@
 """The staged replay driver: run the job's stages on the node, one at a time, over the run's
 transport, and stop at the first stage that does not fit.
 
-Each stage is one probe: the node's `python3` runs runbook/recovery/watcher.py (its source is
+Each stage is one probe: the node's `python3` runs runbook/verify/watcher.py (its source is
 sent with the command; nothing is installed on the node) with the stage's rendered command,
 environment and stop line. The driver reads the stage's report, judges it
-(runbook.recovery.stages.judge) and goes on only while stages pass.
+(runbook.verify.stages.judge) and goes on only while stages pass.
 
 Before the first stage the pod cgroup's limit is read: when the approved remedy's limit is
 known and the kernel still enforces a smaller one, the replay does not start (the pod has not
@@ -21,10 +21,10 @@ from importlib import resources
 from typing import Any
 
 from runbook.errors import UsageError
-from runbook.recovery.stages import Headroom, Stage, StageResult, judge, render_command
-from runbook.remedies.units import human
 from runbook.templating import shell_quote
 from runbook.transports.base import Probe, Transport
+from runbook.units import human
+from runbook.verify.stages import Headroom, ReplayStage, StageResult, judge, render_command
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ _LIMIT_FILES = ("memory.max", "memory.limit_in_bytes")
 class ReplaySpec:
     pod_cgroup: str
     command: str
-    stages: Sequence[Stage]
+    stages: Sequence[ReplayStage]
     headroom: Headroom = field(default_factory=lambda: Headroom(pct=10.0))
     #: a stage still running after this long has held: it is stopped and passes
     duration_s: float = 300.0
@@ -51,10 +51,10 @@ class ReplaySpec:
 
 
 def watcher_source() -> str:
-    return resources.files("runbook.recovery").joinpath("watcher.py").read_text(encoding="utf-8")
+    return resources.files("runbook.verify").joinpath("watcher.py").read_text(encoding="utf-8")
 
 
-def stage_probe(spec: ReplaySpec, stage: Stage) -> Probe:
+def stage_probe(spec: ReplaySpec, stage: ReplayStage) -> Probe:
     args: dict[str, Any] = {
         "pod_cgroup": spec.pod_cgroup,
         "container": spec.container,
@@ -132,7 +132,7 @@ def run_replay(
     transport: Transport,
     spec: ReplaySpec,
     *,
-    on_stage: Callable[[Stage], None] | None = None,
+    on_stage: Callable[[ReplayStage], None] | None = None,
     on_result: Callable[[StageResult], None] | None = None,
 ) -> ReplayOutcome:
     """Run the stages in order; stop at the first that does not pass."""

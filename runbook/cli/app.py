@@ -26,7 +26,7 @@ import click
 from rich.console import Console
 
 from runbook import __version__
-from runbook.cli_options import (
+from runbook.cli.options import (
     complete_runbook,
     format_option,
     load_config,
@@ -161,7 +161,7 @@ def _sanitize_map(sanitize: bool, sanitize_map: str | None) -> Path | None:
 
 
 def job_options(func: F) -> F:
-    from runbook.cli_job import job_option_decorators
+    from runbook.cli.job import job_option_decorators
 
     for decorator in reversed(job_option_decorators()):
         func = decorator(func)
@@ -273,8 +273,8 @@ def guided_walk(
 ) -> RunResult:
     """The walk of `run`, `resume` and `demo`: stage by stage on `console`, into `directory`;
     a replayed bundle lends its node name and context. `resume`: a restored conductor."""
-    from runbook.console import GuidedConsole
     from runbook.executor import execute
+    from runbook.render.console import GuidedConsole
 
     node, context = _replay_context(transport, variables)
     return execute(
@@ -316,12 +316,12 @@ def cli(ctx: click.Context, debug: bool, config_file: str | None) -> None:
         format="%(levelname)s %(name)s: %(message)s",
     )
     if not debug and verbosity():  # `runbook -v …` / `runbook -q …`, parsed before this body
-        from runbook.cli_options import apply_log_level
+        from runbook.cli.options import apply_log_level
 
         apply_log_level()
     # paramiko logs a traceback for each failed banner; our errors say it in one line
     logging.getLogger("paramiko").setLevel(logging.DEBUG if debug else logging.CRITICAL)
-    from runbook.report.secrets import RedactingFilter
+    from runbook.redact import RedactingFilter
 
     for handler in logging.getLogger().handlers:  # never a secret in a log (STYLE §10)
         handler.addFilter(RedactingFilter())
@@ -386,7 +386,7 @@ def run(
     runbook run nccl-init-failure --job pytorchjob/ml/llama-ft
     runbook run nccl-init-failure --job slurm:48211 --slurm-via ssh://login-1 --inventory inv/
     runbook run nccl-init-failure --hosts-from-file job-hosts.txt"""
-    from runbook.cli_job import JOB_KEYS, run_job_command
+    from runbook.cli.job import JOB_KEYS, run_job_command
 
     job_kw = {key: kw.pop(key) for key in JOB_KEYS}
     if job_kw["job"] or job_kw["hosts_from_file"]:
@@ -396,7 +396,7 @@ def run(
         return
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
-    from runbook.cli_resume import approvals_phase
+    from runbook.cli.resume import approvals_phase
     from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
     from runbook.resume import RECORD, new_record, read_runbook
@@ -473,9 +473,9 @@ def run(
 @var_option()
 def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...]) -> None:
     """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline."""
-    from runbook.console import render_verdict
     from runbook.executor import execute
-    from runbook.report import markdown
+    from runbook.render import node_markdown as markdown
+    from runbook.render.console import render_verdict
     from runbook.spec import load_file, resolve
     from runbook.transports.replay import ReplayTransport
 
@@ -701,7 +701,7 @@ def demo(run_dir: str | None, no_input: bool) -> None:
     The demo keeps its own approval store and a copy of the manifest in a scratch folder:
     your queue, your config and your files are never touched."""
     from runbook import config as config_mod
-    from runbook.cli_resume import approvals_phase
+    from runbook.cli.resume import approvals_phase
     from runbook.demo import incident_bundle, workload_manifest
     from runbook.executor import RunDirectory
     from runbook.resume import RECORD, new_record, read_runbook
@@ -772,19 +772,19 @@ def demo(run_dir: str | None, no_input: bool) -> None:
 
 
 def _register_subcommands() -> None:
-    from runbook.cli_approvals import approvals, audit
+    from runbook.cli.approvals import approvals, audit
 
     cli.add_command(approvals)
     cli.add_command(audit)
-    from runbook.cli_estimate import estimate_memory
+    from runbook.cli.estimate import estimate_memory
 
     cli.add_command(estimate_memory)
     # modules that add their own commands: each exposes COMMANDS (a list of click commands)
     import importlib
 
     for name in (
-        "runbook.cli_sweep", "runbook.cli_recovery", "runbook.cli_resume", "runbook.cli_list",
-        "runbook.cli_npd",
+        "runbook.cli.sweep", "runbook.cli.verify", "runbook.cli.resume", "runbook.cli.listing",
+        "runbook.cli.npd",
     ):
         try:
             module = importlib.import_module(name)
@@ -802,9 +802,9 @@ _register_subcommands()
 def _everywhere() -> None:
     """What every command has, set once after registration (so a command added later gets it
     too): -v/-q, and an environment variable for every option, shown in --help — the shared
-    ones (runbook.cli_options.SHARED_ENV, e.g. RUNBOOK_DB) by one name for every command, the
+    ones (runbook.cli.options.SHARED_ENV, e.g. RUNBOOK_DB) by one name for every command, the
     rest RUNBOOK_<COMMAND>_<OPTION> (click's auto_envvar_prefix, given in _main)."""
-    from runbook.cli_options import SHARED_ENV, verbosity_options
+    from runbook.cli.options import SHARED_ENV, verbosity_options
 
     def walk(command: click.Command, path: tuple[str, ...]) -> None:
         verbosity_options(command)
@@ -843,7 +843,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _stopped(exc: BaseException) -> int:
     """One line for a command stopped by a signal; its exit code (128 + the signal)."""
     from runbook.interrupt import as_interrupted
-    from runbook.report.secrets import redact
+    from runbook.redact import redact
 
     stopped = as_interrupted(exc)
     click.echo(f"runbook: {redact(stopped.one_line())}", err=True)
@@ -853,7 +853,7 @@ def _stopped(exc: BaseException) -> int:
 def _main(argv: Sequence[str] | None) -> int:
     from runbook.interrupt import settle
     from runbook.output import set_verbosity
-    from runbook.report.secrets import redact
+    from runbook.redact import redact
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     set_verbosity(0)  # -v/-q of this invocation only (tests call main more than once)

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from runbook.metrics import label_value, number, sample
-from runbook.sweep.results import NOT_SWEPT, Status, SweepResult
+from runbook.sweep.results import NOT_SWEPT, HostStatus, SweepResult
 
 __all__ = ["LAST_SUCCESS", "label_value", "previous_success", "reached_hosts", "render"]
 
@@ -55,7 +55,7 @@ def render(sweep: SweepResult, *, previous: float | None = None) -> str:
     lines = [
         "# HELP runbook_sweep_hosts Hosts of the last runbook sweep, by outcome.",
         "# TYPE runbook_sweep_hosts gauge",
-        *(f'runbook_sweep_hosts{{status="{s.value}"}} {counts[s.value]}' for s in Status),
+        *(f'runbook_sweep_hosts{{status="{s.value}"}} {counts[s.value]}' for s in HostStatus),
         "# HELP runbook_root_cause Root cause the last sweep found on a node (1 per swept node).",
         "# TYPE runbook_root_cause gauge",
     ]

@@ -6,7 +6,7 @@ hung past the deadline) and none of those, 2 usage or a bad inventory, another s
 same inventory holds the lock, or no space left for the reports. Inconclusive hosts are
 counted and listed apart from findings, yet exit 1 as they do: the runbook could not clear
 them, so a scheduled sweep must not report the fleet green while a node nobody has looked at
-may be the one that kills the next job. Registered by runbook/cli.py through `COMMANDS`.
+may be the one that kills the next job. Registered by runbook/cli/app.py through `COMMANDS`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import click
 
 from runbook import atomic
-from runbook.cli_options import (
+from runbook.cli.options import (
     complete_runbook,
     format_option,
     load_config,
@@ -35,7 +35,7 @@ from runbook.output import count
 
 
 def _vars(items: tuple[str, ...]) -> dict[str, Any]:
-    from runbook.cli import parse_vars
+    from runbook.cli.app import parse_vars
 
     return parse_vars(items)
 
@@ -59,7 +59,7 @@ def _finish(
     with the sweep's code. `checkpoint` (a sweep's progress.jsonl) is marked finished once
     the reports are written."""
     from runbook.sweep.reports import write_reports
-    from runbook.sweep.results import NOT_SWEPT, Status, ordered_findings, status_noun
+    from runbook.sweep.results import NOT_SWEPT, HostStatus, ordered_findings, status_noun
 
     written = write_reports(sweep, report_dir, textfile_dir=textfile_dir)
     if checkpoint is not None:
@@ -86,8 +86,8 @@ def _finish(
         if sweep.missing_shards:
             click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
         failing = ordered_findings(sweep.hosts)
-        findings = [h for h in failing if h.status is Status.FINDING]
-        inconclusive = [h for h in failing if h.status is Status.INCONCLUSIVE]
+        findings = [h for h in failing if h.status is HostStatus.FINDING]
+        inconclusive = [h for h in failing if h.status is HostStatus.INCONCLUSIVE]
         for heading, hosts in (
             ("findings, worst first:", findings),
             ("inconclusive (not cleared: look at these nodes):", inconclusive),
@@ -119,7 +119,7 @@ def _textfile_dir(ctx: click.Context) -> Path | None:
 
 def _progress(title: str) -> Any:
     """The live bar when stderr is a terminal, plain lines otherwise (both on stderr)."""
-    from runbook.sweep.progress import progress_for
+    from runbook.render.sweep_progress import progress_for
 
     return progress_for(title, sys.stderr)
 

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from runbook.cli_options import format_option
+from runbook.cli.options import format_option
 from runbook.output import output_console
 
 #: the parsers whose facts the estimate reads
@@ -84,7 +84,7 @@ def _headroom_default() -> float:
 
 def _render_text(console: Console, est: Any, advice: Any) -> None:
     from runbook.remedies.estimate import NAMES
-    from runbook.remedies.units import human
+    from runbook.units import human
 
     table = Table(title="pod host-memory peak")
     table.add_column("term")

@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.text import Text
 
 from runbook.output import count
-from runbook.sweep.results import NOT_SWEPT, HostResult, Status, SweepResult
+from runbook.sweep.results import NOT_SWEPT, HostResult, HostStatus, SweepResult
 
 if TYPE_CHECKING:
     from runbook.sweep.run import NullSweepObserver
@@ -36,9 +36,9 @@ class _Tally:
 
     def add(self, result: HostResult) -> None:
         self.done += 1
-        if result.status is Status.FINDING:
+        if result.status is HostStatus.FINDING:
             self.findings += 1
-        elif result.status is Status.INCONCLUSIVE:
+        elif result.status is HostStatus.INCONCLUSIVE:
             self.inconclusive += 1
         elif result.status in NOT_SWEPT:
             self.unreachable += 1
@@ -111,7 +111,7 @@ class BarProgress:
     def host_done(self, result: HostResult) -> None:
         self.tally.add(result)
         self.progress.advance(self._task)
-        if result.status is not Status.HEALTHY:
+        if result.status is not HostStatus.HEALTHY:
             what = result.root_cause if result.verdict is not None else result.error
             self.progress.console.print(
                 f"  {result.host}: {result.status.value}"

@@ -2,7 +2,7 @@
 
 1. the nccl-recovery-check runbook walked on the node (the collective test);
 2. for a memory remedy (`memory-limit`, `reduce-loader-memory`), or whenever a job command is
-   given, the staged replay of the job under the pod's limit (runbook.recovery.replay).
+   given, the staged replay of the job under the pod's limit (runbook.verify.replay).
 
 `verified` when the collective test is healthy and the replay (when it applies) fitted every
 stage; otherwise `failed-verification` with the first reason. A memory remedy whose replay
@@ -20,20 +20,20 @@ from typing import Any
 
 from runbook import atomic
 from runbook.errors import RunbookError
-from runbook.recovery.replay import (
+from runbook.redact import redact_data
+from runbook.remedies.approval import Desk, Refused
+from runbook.remedies.store import QueuedProposal
+from runbook.transports.base import Transport
+from runbook.verdict import Verdict
+from runbook.verify.record import record, verifiable
+from runbook.verify.replay import (
     DEFAULT_PATTERN,
     ReplayOutcome,
     ReplaySpec,
     run_replay,
     validate,
 )
-from runbook.recovery.stages import Stage, StageResult, ladder, parse_headroom, stages_from
-from runbook.remedies.approval import Desk, Refused
-from runbook.remedies.store import Proposal
-from runbook.remedies.verification import record, verifiable
-from runbook.report.secrets import redact_data
-from runbook.transports.base import Transport
-from runbook.verdict import Verdict
+from runbook.verify.stages import ReplayStage, StageResult, ladder, parse_headroom, stages_from
 
 RUNBOOK = "nccl-recovery-check"
 MEMORY_KINDS = ("memory-limit", "reduce-loader-memory")
@@ -56,7 +56,7 @@ class ReplayRequest:
 
 @dataclass
 class VerifyResult:
-    proposal: Proposal
+    proposal: QueuedProposal
     verified: bool
     reason: str
     verdict: Verdict
@@ -77,7 +77,7 @@ def new_run_dir() -> Path:
     return state_dir() / "runs" / f"{stamp}-{RUNBOOK}-{secrets.token_hex(3)}"
 
 
-def _expected_limit(proposal: Proposal) -> int | None:
+def _expected_limit(proposal: QueuedProposal) -> int | None:
     """The limit a memory-limit proposal set, computed as its plan computed it."""
     if proposal.kind != "memory-limit":
         return None
@@ -89,7 +89,7 @@ def _expected_limit(proposal: Proposal) -> int | None:
         return None
 
 
-def _original_config(proposal: Proposal) -> dict[str, str]:
+def _original_config(proposal: QueuedProposal) -> dict[str, str]:
     knobs = {k: str(proposal.vars[k]) for k in ("workers", "prefetch", "batch")
              if proposal.vars.get(k) not in (None, "")}
     measured = proposal.params.get("workers_per_rank")
@@ -98,14 +98,16 @@ def _original_config(proposal: Proposal) -> dict[str, str]:
     return knobs
 
 
-def replay_spec_for(proposal: Proposal, request: ReplayRequest) -> tuple[ReplaySpec | None, str]:
+def replay_spec_for(
+    proposal: QueuedProposal, request: ReplayRequest
+) -> tuple[ReplaySpec | None, str]:
     """The replay to run for this proposal, or None and why not."""
     if request.skip:
         return None, "skipped (--no-replay)"
     command = request.command or proposal.vars.get("job_command")
     if not command:
         return None, "no job command (--command CMD, or --var job_command=CMD on the run)"
-    stages: list[Stage]
+    stages: list[ReplayStage]
     if request.stages:
         stages = stages_from(request.stages)
     elif proposal.vars.get("replay_stages"):
@@ -131,7 +133,7 @@ def replay_spec_for(proposal: Proposal, request: ReplayRequest) -> tuple[ReplayS
     return spec, ""
 
 
-def runbook_variables(proposal: Proposal, given: Mapping[str, Any]) -> dict[str, Any]:
+def runbook_variables(proposal: QueuedProposal, given: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: proposal.vars[k] for k in RUNBOOK_VARS if proposal.vars.get(k) not in (None, "")}
     out.update(given)
     return out
@@ -166,7 +168,7 @@ def verify(
     observer: Any = None,
     run_dir: Path | None = None,
     actor: str | None = None,
-    on_stage: Callable[[Stage], None] | None = None,
+    on_stage: Callable[[ReplayStage], None] | None = None,
     on_result: Callable[[StageResult], None] | None = None,
 ) -> VerifyResult:
     from runbook.executor import RunDirectory, execute

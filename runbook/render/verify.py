@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.remedies.units import human
+from runbook.units import human
 
 
 def _size(value: Any) -> str:

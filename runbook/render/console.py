@@ -9,18 +9,18 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.conductor import StageRecord, Status
+from runbook.conductor import StageRecord, StageStatus
 from runbook.spec.models import Stage
 from runbook.transports.base import CommandResult, Probe
 from runbook.verdict import Verdict
 
 _STATUS_STYLE = {
-    Status.OK: "green",
-    Status.ANOMALY: "bold red",
-    Status.NOT_COLLECTED: "yellow",
-    Status.ERROR: "magenta",
-    Status.SKIPPED: "dim",
-    Status.UNRECOGNIZED: "yellow",
+    StageStatus.OK: "green",
+    StageStatus.ANOMALY: "bold red",
+    StageStatus.NOT_COLLECTED: "yellow",
+    StageStatus.ERROR: "magenta",
+    StageStatus.SKIPPED: "dim",
+    StageStatus.UNRECOGNIZED: "yellow",
 }
 
 
@@ -60,7 +60,7 @@ class GuidedConsole:
                 self.console.print(f"    [dim]{escape(_short(line))}[/]")
 
     def stage_done(self, stage: Stage, record: StageRecord) -> None:
-        if record.status is Status.SKIPPED:
+        if record.status is StageStatus.SKIPPED:
             if self.quiet:
                 return
             self.console.print(

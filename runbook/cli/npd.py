@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from runbook.cli import _open, _replay_context, parse_vars, target_options
-from runbook.cli_options import format_option, var_option
+from runbook.cli.app import _open, _replay_context, parse_vars, target_options
+from runbook.cli.options import format_option, var_option
 from runbook.errors import RunbookError
 
 

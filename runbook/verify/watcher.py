@@ -1,7 +1,7 @@
 """The staged replay's node-side program: run one stage of the job inside the pod's memory cgroup,
 watch the pod's memory while it runs, and stop the stage before the kernel would OOM-kill it.
 
-It is not imported by the tool: runbook.recovery.replay ships this file's source to the node
+It is not imported by the tool: runbook.verify.replay ships this file's source to the node
 (``python3 -c SOURCE ARGS-JSON``) over the run's transport, so it uses the standard library only
 and runs on the node's own Python 3.8+. It prints one JSON report on standard output (exit 0),
 or ``{"error": …}`` (exit 2) when it cannot set up.

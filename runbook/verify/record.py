@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runbook.remedies.approval import Desk, Refused, os_user
-from runbook.remedies.store import Proposal
+from runbook.remedies.store import QueuedProposal
 
 VERIFIED = "verified"
 FAILED = "failed-verification"
@@ -21,7 +21,7 @@ FAILED = "failed-verification"
 KEEP_PREVIOUS = 10
 
 
-def verifiable(proposal: Proposal) -> str | None:
+def verifiable(proposal: QueuedProposal) -> str | None:
     """Why `proposal` cannot be verified, or None."""
     if proposal.state != "succeeded":
         return (f"proposal {proposal.id} is {proposal.state}: only a remedy that ran and "
@@ -37,7 +37,7 @@ def record(
     reason: str,
     details: Mapping[str, Any],
     actor: str | None = None,
-) -> Proposal:
+) -> QueuedProposal:
     """Store the verdict on the proposal and append `verified` / `failed-verification` (with
     the reason) to the audit trail."""
     proposal = desk.store.get(pid)

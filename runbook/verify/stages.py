@@ -7,7 +7,7 @@ original configuration, `ladder` restores it one knob at a time from a reduced s
 0, prefetch 1, a quarter of the batch): the first stage that comes within the headroom of the
 limit is the knob that does not fit.
 
-`judge` reads the watcher's report (runbook/recovery/watcher.py) of one stage: the pod's peak
+`judge` reads the watcher's report (runbook/verify/watcher.py) of one stage: the pod's peak
 (kernel and sampled working set) and `memory.stat` anon/shmem/file at the peak, each
 container's peak and stat (a sidecar sharing the pod cgroup shows up as its own container),
 the ranks' and workers' memory at the peak (runbook.parsers.procmem over the replayed
@@ -27,7 +27,7 @@ from typing import Any
 from runbook.errors import UsageError
 from runbook.parsers.cgroup import parse_cgroup
 from runbook.parsers.procmem import parse_procmem
-from runbook.remedies.units import human, parse_size
+from runbook.units import human, parse_size
 
 KNOB_ORDER = ("workers", "prefetch", "batch")
 _KNOB = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -37,7 +37,7 @@ PASSING = ("completed", "held")
 
 
 @dataclass(frozen=True)
-class Stage:
+class ReplayStage:
     index: int
     knobs: dict[str, str]
 
@@ -66,10 +66,10 @@ def parse_knobs(text: str) -> dict[str, str]:
     return knobs
 
 
-def stages_from(texts: Sequence[str]) -> list[Stage]:
+def stages_from(texts: Sequence[str]) -> list[ReplayStage]:
     """Stages given one by one (`--stage …`, or one `;`-separated `replay_stages` variable)."""
     parts = [p for t in texts for p in t.split(";") if p.strip()]
-    return [Stage(i, parse_knobs(p)) for i, p in enumerate(parts, 1)]
+    return [ReplayStage(i, parse_knobs(p)) for i, p in enumerate(parts, 1)]
 
 
 def _start_value(name: str, value: str) -> str:
@@ -81,20 +81,20 @@ def _start_value(name: str, value: str) -> str:
     return str(min(target, START.get(name, target)))
 
 
-def ladder(original: Mapping[str, str], order: Sequence[str] = KNOB_ORDER) -> list[Stage]:
+def ladder(original: Mapping[str, str], order: Sequence[str] = KNOB_ORDER) -> list[ReplayStage]:
     """From a reduced start back to `original`, restoring one knob per stage in `order`
     (knobs not in `order` are restored last, in their given order)."""
     knobs = {k: str(v) for k, v in original.items()}
     current = {k: _start_value(k, v) for k, v in knobs.items()}
-    stages = [Stage(1, dict(current))]
+    stages = [ReplayStage(1, dict(current))]
     for name in [*[k for k in order if k in knobs], *[k for k in knobs if k not in order]]:
         if current[name] != knobs[name]:
             current[name] = knobs[name]
-            stages.append(Stage(len(stages) + 1, dict(current)))
+            stages.append(ReplayStage(len(stages) + 1, dict(current)))
     return stages
 
 
-def render_command(template: str, stage: Stage) -> str:
+def render_command(template: str, stage: ReplayStage) -> str:
     """The job command of a stage: `{knob}` placeholders filled, each value one shell word."""
     try:
         names = {f for _, f, _, _ in string.Formatter().parse(template) if f}
@@ -138,7 +138,7 @@ def parse_headroom(text: str | int | float) -> Headroom:
 
 @dataclass
 class StageResult:
-    stage: Stage
+    stage: ReplayStage
     passed: bool
     reason: str
     report: dict[str, Any] = field(default_factory=dict)
@@ -236,7 +236,7 @@ def summarize(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def judge(stage: Stage, report: Mapping[str, Any]) -> StageResult:
+def judge(stage: ReplayStage, report: Mapping[str, Any]) -> StageResult:
     """Did this stage fit? Only a stage that ran to its end (or for its whole duration) below
     the stop line, with no kernel OOM kill, passes."""
     if report.get("error"):
