@@ -20,8 +20,8 @@ from runbook.job.merge import merge_job
 from runbook.job.models import JobSpec
 from runbook.render.job_markdown import job_markdown
 from runbook.sweep.host import HostOptions
-from runbook.sweep.results import HostResult, SweepResult
-from runbook.sweep.run import ProposalQueue, SweepObserver, run_sweep
+from runbook.sweep.results import HostResult, SweepObserver, SweepResult
+from runbook.sweep.run import ProposalQueue, run_sweep
 
 
 @dataclass

@@ -26,7 +26,7 @@ from runbook.output import count
 from runbook.sweep.results import NOT_SWEPT, HostResult, HostStatus, SweepResult
 
 if TYPE_CHECKING:
-    from runbook.sweep.run import NullSweepObserver
+    from runbook.sweep.results import NullSweepObserver
 
 
 class _Tally:
@@ -172,7 +172,7 @@ def progress_for(
     """The bar on a terminal, lines otherwise, nothing with -q (the result is printed when
     the sweep ends)."""
     from runbook.output import quiet
-    from runbook.sweep.run import NullSweepObserver
+    from runbook.sweep.results import NullSweepObserver
 
     if quiet():
         return NullSweepObserver()

@@ -7,8 +7,8 @@ inspection (every problem in a file, with its path and line).
     runbook = load_file(resolve("nccl-init-failure"))   # SpecError(issues=[...]) if invalid
 """
 
-from runbook.spec.inspect import Issue, inspect_text
-from runbook.spec.loader import load_file, load_text, resolve, shipped
+from runbook.spec.inspect import Issue
+from runbook.spec.loader import inspect_text, load_file, load_text, resolve, shipped
 from runbook.spec.models import (
     DEFAULT_TIMEOUT,
     END,

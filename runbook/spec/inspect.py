@@ -25,7 +25,7 @@ from runbook.parsers import registry
 from runbook.signatures import ROLES
 from runbook.spec.models import END, PROPOSAL_KINDS, ROOT_CAUSES, Rule, Runbook, Stage
 
-__all__ = ["Issue", "check", "index_path", "inspect_text", "key_path", "suggest"]
+__all__ = ["Issue", "check", "index_path", "key_path", "suggest"]
 
 Kind = Literal["syntax", "semantics", "expression"]
 Severity = Literal["error", "warning"]
@@ -86,14 +86,6 @@ def suggest(word: str, known: Iterable[str], *, listing: str = "expected one of"
 def sort_issues(issues: Iterable[Issue]) -> list[Issue]:
     """Grouped syntax, semantics, expressions; by line within each group."""
     return sorted(issues, key=lambda i: (_KIND_ORDER[i.kind], i.line, i.path))
-
-
-def inspect_text(text: str, path: str = "<string>") -> list[Issue]:
-    """Every issue in a runbook's YAML text, errors and warnings, grouped by kind."""
-    # the loader reads the YAML (and imports this module for Issue and check); import it here
-    from runbook.spec.loader import read
-
-    return read(text, path).issues
 
 
 # -- semantics and expressions over a (possibly partial) model ------------------------------------

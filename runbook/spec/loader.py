@@ -214,6 +214,12 @@ def read(text: str, path: str = "<string>") -> Reading:
     return Reading(runbook, sort_issues(issues), builder.lines)
 
 
+
+def inspect_text(text: str, path: str = "<string>") -> list[Issue]:
+    """Every issue in a runbook's YAML text, errors and warnings, grouped by kind."""
+    return read(text, path).issues
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "null"

@@ -25,8 +25,15 @@ from runbook.executor import execute
 from runbook.spec.models import Runbook
 from runbook.sweep.host import warm_templates
 from runbook.sweep.pool import Slot, run_pool
-from runbook.sweep.results import HostResult, HostStatus, SweepResult, status_of
-from runbook.sweep.run import NullSweepObserver, SweepObserver, crashed_result, now_iso
+from runbook.sweep.results import (
+    HostResult,
+    HostStatus,
+    NullSweepObserver,
+    SweepObserver,
+    SweepResult,
+    status_of,
+)
+from runbook.sweep.run import crashed_result, now_iso
 
 #: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
 _ARCHIVES = (".tar.gz", ".tgz")

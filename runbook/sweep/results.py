@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from runbook.verdict import Verdict
 
@@ -242,3 +242,25 @@ class SweepResult:
 def ordered_findings(hosts: Sequence[HostResult]) -> list[HostResult]:
     """The hosts the runbook could not clear, worst first."""
     return sorted((r for r in hosts if r.status in FAILING), key=severity_key)
+
+
+class SweepObserver(Protocol):
+    def started(self, total: int) -> None: ...
+    def host_done(self, result: HostResult) -> None: ...
+    def finished(self, result: SweepResult) -> None: ...
+    def aborted(self) -> None:
+        """The sweep was interrupted: leave the terminal clean for the one-line message."""
+
+
+class NullSweepObserver:
+    def started(self, total: int) -> None:
+        pass
+
+    def host_done(self, result: HostResult) -> None:
+        pass
+
+    def finished(self, result: SweepResult) -> None:
+        pass
+
+    def aborted(self) -> None:
+        pass

@@ -12,38 +12,24 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from runbook.errors import RunbookError
 from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm_templates
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
 from runbook.sweep.pool import Slot, run_pool
-from runbook.sweep.results import HostResult, HostStatus, SweepResult
+from runbook.sweep.results import (
+    HostResult,
+    HostStatus,
+    NullSweepObserver,
+    SweepObserver,
+    SweepResult,
+)
 
 log = logging.getLogger(__name__)
 
 
-class SweepObserver(Protocol):
-    def started(self, total: int) -> None: ...
-    def host_done(self, result: HostResult) -> None: ...
-    def finished(self, result: SweepResult) -> None: ...
-    def aborted(self) -> None:
-        """The sweep was interrupted: leave the terminal clean for the one-line message."""
-
-
-class NullSweepObserver:
-    def started(self, total: int) -> None:
-        pass
-
-    def host_done(self, result: HostResult) -> None:
-        pass
-
-    def finished(self, result: SweepResult) -> None:
-        pass
-
-    def aborted(self) -> None:
-        pass
 
 
 def now_iso() -> str:
