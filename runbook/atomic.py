@@ -241,3 +241,15 @@ def open_append(path: Path, mode: int = 0o600) -> int:
     finally:
         os.close(folder)
 
+
+def append_whole(fd: int, data: bytes) -> None:
+    """Append `data` whole or not at all: a write cut short (a full disk) is undone, so a
+    JSON-lines file never ends in half a line."""
+    size = os.fstat(fd).st_size
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.ftruncate(fd, size)
+        raise

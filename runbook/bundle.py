@@ -450,10 +450,6 @@ def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult])
     return root
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-
-
 def context_of(meta: BundleMeta) -> Mapping[str, Any]:
     """Parser context from bundle.yaml; an optional `utc_offset` (`date +%z`) places the
     node's naive log times."""

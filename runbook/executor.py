@@ -8,11 +8,7 @@ on the stage; the walk goes on. Observers (the guided console, the event log) se
 
 from __future__ import annotations
 
-import datetime as dt
-import fcntl
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,13 +16,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from runbook import atomic, parsers
 from runbook import bundle as bundle_mod
+from runbook import parsers
 from runbook.conductor import Conductor, StageRecord
 from runbook.diagnosis import build_verdict
-from runbook.errors import UsageError, disk_full_as_error
-from runbook.redact import redact_data
+from runbook.rundir import RunDirectory
 from runbook.spec.models import Runbook, Stage
+from runbook.timestamps import now_iso
 from runbook.transports.base import CommandResult, Probe, Transport
 from runbook.verdict import Verdict
 
@@ -61,77 +57,6 @@ class NullObserver:
 
     def run_done(self, verdict: Verdict) -> None:
         pass
-
-
-def _atomic_json(path: Path, data: Any, within: Path | None = None) -> None:
-    text = json.dumps(redact_data(data), indent=2, default=str) + "\n"
-    atomic.write_text(path, text, within=within)
-
-
-def _append_whole(fd: int, data: bytes) -> None:
-    """Append `data` whole or not at all: a write cut short (a full disk) is undone, so a
-    JSON-lines file never ends in half a line."""
-    size = os.fstat(fd).st_size
-    view = memoryview(data)
-    try:
-        while view:
-            view = view[os.write(fd, view) :]
-    except BaseException:
-        os.ftruncate(fd, size)
-        raise
-
-
-class RunDirectory:
-    """A run's artifacts: `events.jsonl` (one whole line per event, written at once), `state.json`
-    (the conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence,
-    a DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run. A full disk is a
-    DiskFullError naming the directory; what was written before stays whole.
-
-    `exclusive`: hold an flock on events.jsonl while open, so a guided run and a `runbook
-    resume` of it (or two resumes) never write one directory at once; the kernel drops it when
-    the holder dies, even of SIGKILL."""
-
-    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
-        self.path = path
-        with disk_full_as_error(path):
-            # owner-only: a run directory holds a node's logs, its pod spec and its verdict; a
-            # link placed at it, or at events.jsonl, is refused (runbook/atomic.py)
-            atomic.owner_only_dir(path)
-            self._events = atomic.open_append(path / "events.jsonl")
-        if exclusive:
-            try:
-                fcntl.flock(self._events, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(self._events)
-                raise UsageError(
-                    f"{path} is in use by another runbook process (a run or a resume of it)"
-                ) from None
-        self.bundle = path / "bundle"
-
-    def write_json(self, name: str, data: Any) -> None:
-        """`name` in the run directory, replaced atomically (redacted, like every write)."""
-        with disk_full_as_error(self.path):
-            _atomic_json(self.path / name, data, self.path)
-
-    def event(self, kind: str, **data: Any) -> None:
-        record = redact_data(
-            {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
-        )
-        with disk_full_as_error(self.path):
-            _append_whole(self._events, (json.dumps(record, default=str) + "\n").encode())
-
-    def save_state(self, state: Mapping[str, Any]) -> None:
-        with disk_full_as_error(self.path):
-            _atomic_json(self.path / "state.json", state, self.path)
-
-    def save_verdict(self, verdict: Verdict) -> None:
-        with disk_full_as_error(self.path):
-            _atomic_json(self.path / "verdict.json", verdict.to_json(), self.path)
-
-    def close(self) -> None:
-        if self._events >= 0:
-            os.close(self._events)
-            self._events = -1
 
 
 @dataclass
@@ -407,7 +332,7 @@ def execute(
         if run_dir:
             meta = bundle_mod.BundleMeta(
                 node=node,
-                collected_at=bundle_mod.now_iso(),
+                collected_at=now_iso(),
                 pod=_str_or_none(conductor.vars.get("pod")),
                 namespace=_str_or_none(conductor.vars.get("namespace")),
             )

@@ -10,11 +10,9 @@ Every error is one line on stderr; a traceback reaching a user is a bug (`--debu
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import logging
 import re
-import secrets
 import shlex
 import sys
 import tempfile
@@ -65,15 +63,10 @@ def parse_vars(items: Sequence[str]) -> dict[str, Any]:
     return result
 
 
-def state_dir() -> Path:
-    from runbook.config import state_dir as configured
-
-    return configured()
-
-
 def _new_run_dir(runbook_id: str, root: Path | None) -> Path:
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return (root or state_dir() / "runs") / f"{stamp}-{runbook_id}-{secrets.token_hex(3)}"
+    from runbook.rundir import new_path
+
+    return new_path("runs", runbook_id, root=root)
 
 
 def target_options(func: F) -> F:
@@ -397,9 +390,8 @@ def run(
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
     from runbook.cli.resume import approvals_phase
-    from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
-    from runbook.resume import RECORD, new_record, read_runbook
+    from runbook.rundir import RECORD, RunDirectory, new_record, read_runbook
     from runbook.targets import scheme_of
 
     scheme_of(target)  # an unknown scheme is a usage error before anything starts
@@ -538,10 +530,11 @@ def collect(
     With --sanitize the bundle holds placeholders (<NODE_1>, <POD_UID_1>, …) instead of
     identifiers, and still analyses to the same verdict. --format json: {"bundle", "node",
     "sanitized", "files", "failed": [names]}."""
-    from runbook.bundle import BundleMeta, now_iso
+    from runbook.bundle import BundleMeta
     from runbook.executor import execute
     from runbook.report.incident import check_map_path, write_collected
     from runbook.spec import load_file, resolve
+    from runbook.timestamps import now_iso
 
     runbook = load_file(resolve(runbook_ref))
     variables = parse_vars(var_items)
@@ -703,8 +696,7 @@ def demo(run_dir: str | None, no_input: bool) -> None:
     from runbook import config as config_mod
     from runbook.cli.resume import approvals_phase
     from runbook.demo import incident_bundle, workload_manifest
-    from runbook.executor import RunDirectory
-    from runbook.resume import RECORD, new_record, read_runbook
+    from runbook.rundir import RECORD, RunDirectory, new_record, read_runbook
     from runbook.transports.replay import ReplayTransport
 
     runbook, runbook_file = read_runbook("nccl-init-failure")

@@ -504,7 +504,7 @@ def guided_approvals(
     """After a guided walk: each queued proposal with its evidence and check-mode diff, then
     approve / deny / skip. Not interactive: say where each one waits.
 
-    `ledger` (runbook.resume.ApprovalLedger) is told of each prompt before it waits and of
+    `ledger` (runbook.rundir.ApprovalLedger) is told of each prompt before it waits and of
     each decision once taken, and saves them in the run directory, so that `runbook resume`
     after an interruption asks only what was not answered yet."""
     from runbook.remedies import live

@@ -8,9 +8,7 @@ found), 2 usage or a job that does not resolve, 3 no node of the job could be re
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -97,10 +95,9 @@ def job_option_decorators() -> list[Any]:
 
 
 def _new_job_dir(runbook_id: str) -> Path:
-    from runbook.config import state_dir
+    from runbook.rundir import new_path
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return state_dir() / "jobs" / f"{stamp}-{runbook_id}-{secrets.token_hex(3)}"
+    return new_path("jobs", runbook_id)
 
 
 def _print_summary(verdict: dict[str, Any], run_dir: Path) -> None:

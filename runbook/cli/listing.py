@@ -48,7 +48,7 @@ def runbooks(fmt: str) -> None:
 
 def _run_row(path: Path) -> dict[str, Any]:
     """One run directory, read as `resume` and `report` read it; what cannot be read is said."""
-    from runbook.resume import events, read_verdict
+    from runbook.rundir import events, read_verdict
 
     row: dict[str, Any] = {"run_dir": str(path), "runbook": None, "node": None,
                            "started": None, "root_cause": None, "status": "unknown"}  # fmt: skip

@@ -48,7 +48,7 @@ def approvals_phase(
 ) -> None:
     """Queue the verdict's proposals (once: the ledger in approvals.json remembers), then the
     prompts for those not decided yet — or, not interactive, where each one waits."""
-    from runbook.resume import ApprovalLedger
+    from runbook.rundir import ApprovalLedger
 
     ledger = ApprovalLedger.load(directory)
     if not verdict.proposals and ledger is None:
@@ -143,10 +143,10 @@ def resume(
     runbook resume ~/.local/state/nccl-runbook/runs/20260304T104000Z-nccl-init-failure-3f9c0a
     """
     from runbook import config as config_mod
-    from runbook.executor import RunDirectory
     from runbook.interrupt import as_interrupted
     from runbook.render.console import render_verdict
-    from runbook.resume import (
+    from runbook.rundir import (
+        RunDirectory,
         events,
         read_ledger,
         read_record,
@@ -211,7 +211,7 @@ def _walk_rest(
     """Re-open the target, read its preamble again and walk what is left; the verdict."""
     from runbook.cli.app import _open, guided_walk
     from runbook.conductor import Conductor
-    from runbook.resume import events, read_state
+    from runbook.rundir import events, read_state
 
     state = read_state(directory.path)
     conductor = (

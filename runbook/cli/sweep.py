@@ -11,9 +11,7 @@ may be the one that kills the next job. Registered by runbook/cli/app.py through
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import secrets
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -41,10 +39,9 @@ def _vars(items: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _default_report_dir(kind: str, runbook_id: str) -> Path:
-    from runbook.config import state_dir
+    from runbook.rundir import new_path
 
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return state_dir() / "sweeps" / f"{stamp}-{kind}-{runbook_id}-{secrets.token_hex(3)}"
+    return new_path("sweeps", kind, runbook_id)
 
 
 def _finish(
@@ -301,10 +298,11 @@ def sweep(
     from runbook.remedies.approval import Desk
     from runbook.spec import load_file, resolve
     from runbook.sweep import shard as shard_mod
-    from runbook.sweep.checkpoint import Checkpoint, now_iso
+    from runbook.sweep.checkpoint import Checkpoint
     from runbook.sweep.host import HostOptions, probes_per_host
     from runbook.sweep.lock import SweepLock
     from runbook.sweep.run import ProposalQueue, run_sweep
+    from runbook.timestamps import now_iso
 
     if bool(inventory) == bool(kube_selector):
         raise UsageError("give one host source: --inventory/-i or --kube-selector")

@@ -18,7 +18,8 @@ from runbook.verdict import Verdict
 def recheck(proposal: QueuedProposal) -> Verdict | None:
     """Walk the proposal's runbook again, read-only, on the node it came from; the verdict
     (None when the proposal names no target or runbook to walk)."""
-    from runbook.executor import NullObserver, RunDirectory, execute
+    from runbook.executor import NullObserver, execute
+    from runbook.rundir import RunDirectory
     from runbook.spec import load_file, resolve
     from runbook.targets import TargetOptions, open_target
 

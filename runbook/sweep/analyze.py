@@ -33,7 +33,8 @@ from runbook.sweep.results import (
     SweepResult,
     status_of,
 )
-from runbook.sweep.run import crashed_result, now_iso
+from runbook.sweep.run import crashed_result
+from runbook.timestamps import now_iso
 
 #: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
 _ARCHIVES = (".tar.gz", ".tgz")

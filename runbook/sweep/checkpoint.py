@@ -17,7 +17,6 @@ crashing. A last line cut short (a SIGKILL inside a long write) is ignored when 
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -26,19 +25,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runbook.atomic import append_whole
 from runbook.errors import disk_full_as_error
-from runbook.executor import _append_whole
 from runbook.sweep.results import HostResult
+from runbook.timestamps import now_iso
 from runbook.verdict import VerdictError
 
 log = logging.getLogger(__name__)
 
 NAME = "progress.jsonl"
 FORMAT = 1
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 @dataclass
@@ -135,7 +131,7 @@ class Checkpoint:
             try:
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                 try:
-                    _append_whole(fd, body)
+                    append_whole(fd, body)
                 finally:
                     os.close(fd)
                 os.replace(tmp, self.path)
@@ -148,7 +144,7 @@ class Checkpoint:
         if self._fd < 0:
             return
         try:
-            _append_whole(self._fd, _line(data))
+            append_whole(self._fd, _line(data))
         except OSError as exc:
             log.warning("%s: cannot record progress (%s); going on without it", self.path, exc)
             self.close()

@@ -31,8 +31,9 @@ from runbook.errors import (
     RunbookError,
     UnreachableError,
 )
-from runbook.executor import RunDirectory, execute
+from runbook.executor import execute
 from runbook.output import count
+from runbook.rundir import RunDirectory
 from runbook.spec.models import Runbook, Stage
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts

@@ -4,7 +4,6 @@ queue (never executed: a sweep only queues, `runbook approvals approve` runs), o
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import sqlite3
 import tempfile
@@ -26,14 +25,11 @@ from runbook.sweep.results import (
     SweepObserver,
     SweepResult,
 )
+from runbook.timestamps import now_iso
 
 log = logging.getLogger(__name__)
 
 
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def crashed_result(

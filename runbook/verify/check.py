@@ -68,13 +68,9 @@ class VerifyResult:
 
 def new_run_dir() -> Path:
     """`<state dir>/runs/<UTC stamp>-nccl-recovery-check-<hex>`, as `runbook run` names runs."""
-    import datetime as dt
-    import secrets
+    from runbook.rundir import new_path
 
-    from runbook.config import state_dir
-
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return state_dir() / "runs" / f"{stamp}-{RUNBOOK}-{secrets.token_hex(3)}"
+    return new_path("runs", RUNBOOK)
 
 
 def _expected_limit(proposal: QueuedProposal) -> int | None:
@@ -171,7 +167,8 @@ def verify(
     on_stage: Callable[[ReplayStage], None] | None = None,
     on_result: Callable[[StageResult], None] | None = None,
 ) -> VerifyResult:
-    from runbook.executor import RunDirectory, execute
+    from runbook.executor import execute
+    from runbook.rundir import RunDirectory
     from runbook.spec import load_file, resolve
 
     proposal = desk.store.get(pid)

@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from runbook.errors import DiskFullError
-from runbook.executor import RunDirectory
+from runbook.rundir import RunDirectory
 from tests.hardening.runs import REPO, Finished, last_line_error, one_line_error, run_now
 from tests.integration.conftest import RUNBOOKS as INTEGRATION_RUNBOOKS
 from tests.integration.conftest import cli_env

@@ -29,7 +29,8 @@ import pexpect
 import pytest
 
 from runbook.conductor import Conductor
-from runbook.executor import RunDirectory, execute
+from runbook.executor import execute
+from runbook.rundir import RunDirectory
 from runbook.spec import load_file, resolve
 from runbook.transports.replay import ReplayTransport
 from tests.hardening.runs import RUNBOOKS, Background, Finished, check_run_dir, run_now, until

@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runbook.errors", "runbook.atomic", "runbook.redact", "runbook.units",
             "runbook.output", "runbook.interrupt", "runbook.config", "runbook.ansible_text",
             "runbook.templating", "runbook.signatures", "runbook.causal",
-            "runbook.redacted_output", "runbook.data", "runbook.runbooks",
+            "runbook.redacted_output", "runbook.timestamps", "runbook.data", "runbook.runbooks",
         ),
     ),
     ("transports", ("runbook.transports",)),
@@ -45,12 +45,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "runbook.remedies.ab")),
     ("spec", ("runbook.spec", "runbook.conductor", "runbook.graph")),
     # the typed verdict and the typed results built from verdicts (a sweep's hosts)
+    # the run directory that holds them, and the walk that fills it
     ("diagnosis", ("runbook.diagnosis", "runbook.verdict", "runbook.executor",
-                   "runbook.sweep.results")),
+                   "runbook.rundir", "runbook.sweep.results")),
     ("approvals", ("runbook.remedies", "runbook.oncall", "runbook.notify", "runbook.metrics")),
     ("verify", ("runbook.verify",)),
     ("render", ("runbook.render",)),
-    ("session", ("runbook.session", "runbook.rundir", "runbook.resume", "runbook.sweep",
+    ("session", ("runbook.session", "runbook.sweep",
                  "runbook.job", "runbook.npd")),
     ("cli", ("runbook.cli", "runbook.report", "runbook.demo", "runbook.__main__")),
 )

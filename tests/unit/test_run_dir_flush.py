@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runbook.executor import RunDirectory, execute
+from runbook.executor import execute
+from runbook.rundir import RunDirectory
 from runbook.spec.loader import load_file, resolve
 from runbook.transports.replay import ReplayTransport
 

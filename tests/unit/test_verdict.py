@@ -147,7 +147,7 @@ def test_resume_of_a_run_whose_verdict_json_does_not_fit_says_which_field(tmp_pa
     import json
 
     from runbook.errors import StateError
-    from runbook.resume import read_verdict
+    from runbook.rundir import read_verdict
 
     data = copy.deepcopy(verdict("healthy"))
     data["chain"] = "not a list"

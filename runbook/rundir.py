@@ -1,7 +1,12 @@
-"""What a guided run keeps so it can be continued after an interruption (`runbook resume`).
+"""A run directory and every artifact in it: the one module that writes and reads them.
 
-A run directory holds, besides events.jsonl, state.json, bundle/ and verdict.json:
+A guided run (`runbook run`, `demo`, a recovery check's walk) leaves:
 
+- **events.jsonl**: one whole JSON line per event (`run-started`, each `probe` and `stage`,
+  `run-done`), appended at once; a line cut short by a SIGKILL is dropped on reading;
+- **state.json**: the conductor after every completed stage, replaced atomically;
+- **bundle/**: every piece of evidence, a DESIGN §4 bundle;
+- **verdict.json**: the typed verdict (DESIGN §5);
 - **run.json**, written when the run starts: the runbook (the reference given, the file it
   resolved to and that file's sha256, so a runbook changed since is refused), the target as
   the approval store records it (`remedies.plans.Target`: the URL, key *paths*, known_hosts,
@@ -20,23 +25,31 @@ Where a run stands, from the files alone: no state.json → interrupted before i
 was complete; state.json without verdict.json → interrupted in the walk (state.json is the
 last completed stage); verdict.json without a finished ledger → interrupted in the approval
 phase; ledger done → finished, nothing to resume.
+
+Where these are created: `new_path` names a new run, job or sweep directory under the state
+directory (`$RUNBOOK_STATE_DIR`, else `$XDG_STATE_HOME/nccl-runbook`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
 import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook.errors import SpecError, StateError
+from runbook import atomic
+from runbook.config import state_dir
+from runbook.errors import SpecError, StateError, UsageError, disk_full_as_error
 from runbook.redact import redact_data
 from runbook.spec.models import Runbook
+from runbook.timestamps import now_iso, utc_stamp
 from runbook.verdict import Verdict, VerdictError
 
 RECORD = "run.json"
@@ -46,8 +59,75 @@ RECORD_FORMAT = 1
 _TEMPORARY = re.compile(r"^\..+\.[a-z0-9_]{8}$")
 
 
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+def new_path(kind: str, *name: str, root: Path | None = None) -> Path:
+    """A new directory's path for a run (`kind` "runs"), a job ("jobs") or a sweep ("sweeps"):
+    `<state dir>/<kind>/<UTC stamp>-<name…>-<6 hex>`, so they sort by start and never clash."""
+    return (root or state_dir() / kind) / "-".join((utc_stamp(), *name, secrets.token_hex(3)))
+
+
+
+# ---------------------------------------------------------------------- the directory
+
+
+def _atomic_json(path: Path, data: Any, within: Path | None = None) -> None:
+    text = json.dumps(redact_data(data), indent=2, default=str) + "\n"
+    atomic.write_text(path, text, within=within)
+
+
+class RunDirectory:
+    """A run's artifacts: `events.jsonl` (one whole line per event, written at once), `state.json`
+    (the conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence,
+    a DESIGN §4 bundle) and `verdict.json`. Enough to audit or replay a run. A full disk is a
+    DiskFullError naming the directory; what was written before stays whole.
+
+    `exclusive`: hold an flock on events.jsonl while open, so a guided run and a `runbook
+    resume` of it (or two resumes) never write one directory at once; the kernel drops it when
+    the holder dies, even of SIGKILL."""
+
+    def __init__(self, path: Path, *, exclusive: bool = False) -> None:
+        self.path = path
+        with disk_full_as_error(path):
+            # owner-only: a run directory holds a node's logs, its pod spec and its verdict; a
+            # link placed at it, or at events.jsonl, is refused (runbook/atomic.py)
+            atomic.owner_only_dir(path)
+            self._events = atomic.open_append(path / "events.jsonl")
+        if exclusive:
+            try:
+                fcntl.flock(self._events, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._events)
+                raise UsageError(
+                    f"{path} is in use by another runbook process (a run or a resume of it)"
+                ) from None
+        self.bundle = path / "bundle"
+
+    def write_json(self, name: str, data: Any) -> None:
+        """`name` in the run directory, replaced atomically (redacted, like every write)."""
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / name, data, self.path)
+
+    def event(self, kind: str, **data: Any) -> None:
+        record = redact_data(
+            {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
+        )
+        with disk_full_as_error(self.path):
+            atomic.append_whole(self._events, (json.dumps(record, default=str) + "\n").encode())
+
+    def save_state(self, state: Mapping[str, Any]) -> None:
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / "state.json", state, self.path)
+
+    def save_verdict(self, verdict: Verdict) -> None:
+        with disk_full_as_error(self.path):
+            _atomic_json(self.path / "verdict.json", verdict.to_json(), self.path)
+
+    def close(self) -> None:
+        if self._events >= 0:
+            os.close(self._events)
+            self._events = -1
+
+
+# ------------------------------------------------------------------------- the record
 
 
 @dataclass(frozen=True)
