@@ -22,6 +22,7 @@ from runbook.cli.options import complete_proposal, format_option, load_config, t
 from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
+from runbook.verdict import Verdict
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -603,3 +604,32 @@ def guided_approvals(
 
             offer_verification(console, desk, execution.proposal, interactive=interactive,
                                as_user=as_user)
+
+
+def approvals_phase(
+    console: Console,
+    cfg: Any,
+    directory: Any,
+    record: Any,
+    runbook: Any,
+    verdict: Verdict,
+    *,
+    interactive: bool,
+    as_user: str | None,
+) -> None:
+    """A guided run's approvals (`run`, `resume`, `demo`): its proposals queued once (the
+    ledger in approvals.json remembers), then the prompts for those not decided yet — or, not
+    interactive, where each one waits."""
+    from runbook.session import queued_approvals
+
+    with queued_approvals(cfg, directory, record, runbook, verdict) as pending:
+        if pending is not None:
+            guided_approvals(
+                console,
+                pending.desk,
+                pending.queued,
+                interactive=interactive,
+                as_user=as_user,
+                advice=verdict.proposals,
+                ledger=pending.ledger,
+            )

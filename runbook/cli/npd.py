@@ -17,8 +17,7 @@ from typing import Any
 
 import click
 
-from runbook.cli.app import _open, _replay_context, parse_vars, target_options
-from runbook.cli.options import format_option, var_option
+from runbook.cli.options import format_option, parse_vars, target_options, var_option
 from runbook.errors import RunbookError
 
 
@@ -53,18 +52,10 @@ def npd(
     warrants a drain (NPD sets the condition), 2 unknown (the check could not say).
     --format json (for other health agents): {"status", "condition", "message"}, same exit."""
     from runbook import npd as mapping
-    from runbook.executor import execute
-    from runbook.spec import load_file, resolve
+    from runbook.session import TargetSpec, diagnose
 
     try:
-        variables = parse_vars(var_items)
-        runbook = load_file(resolve(runbook_ref))
-        transport = _open(target, kw)
-        try:
-            node, context = _replay_context(transport, variables)
-            result = execute(runbook, transport, variables=variables, context=context, node=node)
-        finally:
-            transport.close()
+        result = diagnose(TargetSpec.from_flags(target, kw), runbook_ref, parse_vars(var_items))
         outcome = mapping.from_verdict(result.verdict, max_output_length)
     except RunbookError as exc:
         outcome = mapping.from_error(exc.one_line(), max_output_length)

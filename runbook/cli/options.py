@@ -5,12 +5,15 @@ every command's --help)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import click
 
 from runbook import output
+from runbook.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -213,3 +216,209 @@ def load_config(ctx: click.Context, *, db: str | None = None) -> Any:
 
     config = (ctx.find_root().obj or {}).get("config")
     return config_mod.load(Path(config) if config else None, db=db)
+
+
+# -- runbook variables ---------------------------------------------------------------------------
+
+_VAR = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+
+
+def parse_vars(items: Sequence[str]) -> dict[str, Any]:
+    """`--var k=v`: integers and decimals are typed, everything else stays a string (no YAML
+    guessing: `--var flag=no` must not become False)."""
+    result: dict[str, Any] = {}
+    for item in items:
+        match = _VAR.match(item)
+        if not match:
+            raise UsageError(f"--var {item!r}: expected NAME=VALUE with NAME an identifier")
+        name, value = match.groups()
+        if re.fullmatch(r"-?\d+", value):
+            result[name] = int(value)
+        elif re.fullmatch(r"-?\d+\.\d+", value):
+            result[name] = float(value)
+        else:
+            result[name] = value
+    return result
+
+
+# -- where a command goes: a node, a job ---------------------------------------------------------
+
+#: the target flags (target_options) by their Python names, as TargetSpec.from_flags reads them
+TARGET_KEYS = (
+    "identities",
+    "known_hosts",
+    "accept_new_host_keys",
+    "jump",
+    "connect_timeout",
+    "ssh_config",
+    "nsenter",
+    "kubectl",
+    "kube_context",
+)
+
+
+def target_options(func: F) -> F:
+    """Flags shared by every command that opens a target."""
+    decorators = [
+        click.option(
+            "--identity",
+            "identities",
+            multiple=True,
+            type=click.Path(dir_okay=False),
+            help="SSH private key (repeatable); default: the agent and ~/.ssh keys.",
+        ),
+        click.option(
+            "--known-hosts",
+            type=click.Path(dir_okay=False),
+            help="known_hosts file to verify host keys (default ~/.ssh/known_hosts).",
+        ),
+        click.option(
+            "--accept-new-host-keys",
+            is_flag=True,
+            help="Trust and record a host key seen for the first time (a changed key "
+            "is still refused).",
+        ),
+        click.option(
+            "--jump", metavar="[USER@]HOST[:PORT]", help="SSH bastion to reach the target through."
+        ),
+        click.option(
+            "--connect-timeout",
+            type=click.FloatRange(min=0.1),
+            default=None,
+            help="Seconds to connect and authenticate (default: the ssh config's "
+            "ConnectTimeout, else 10).",
+        ),
+        click.option(
+            "--ssh-config",
+            metavar="FILE",
+            envvar="RUNBOOK_SSH_CONFIG",
+            help="OpenSSH client config to resolve ssh:// names with, as `ssh NAME` does "
+            "(default ~/.ssh/config; `none` for none). Command-line values win over it.",
+        ),
+        click.option(
+            "--nsenter",
+            type=click.IntRange(min=1),
+            is_flag=False,
+            flag_value=1,
+            default=None,
+            metavar="[PID]",
+            help="Run every command inside PID's namespaces "
+            "(nsenter --target PID --mount --uts --ipc --net --pid); --nsenter alone means PID 1.",
+        ),
+        click.option(
+            "--kubectl",
+            default="kubectl",
+            show_default=True,
+            help="kubectl binary for kubectl:// targets.",
+        ),
+        click.option("--context", "kube_context", help="kubectl context for kubectl:// targets."),
+    ]
+    for decorator in reversed(decorators):
+        func = decorator(func)
+    return func
+
+
+def sanitize_options(func: F) -> F:
+    """--sanitize and --sanitize-map (runbook.report.sanitize)."""
+    func = click.option(
+        "--sanitize-map",
+        type=click.Path(dir_okay=False),
+        metavar="FILE",
+        help="With --sanitize: also write placeholder → original here (mode 0600), "
+        "never into the output.",
+    )(func)
+    return click.option(
+        "--sanitize",
+        is_flag=True,
+        help="Replace node, pod, namespace, job and image names, IPs, UUIDs, bus IDs, MACs "
+        "and container IDs with stable placeholders (<NODE_1>, <POD_UID_1>, …).",
+    )(func)
+
+
+def sanitize_map_path(sanitize: bool, sanitize_map: str | None) -> Path | None:
+    if sanitize_map and not sanitize:
+        raise UsageError("--sanitize-map needs --sanitize")
+    return Path(sanitize_map) if sanitize_map else None
+
+
+JOB_KEYS = (
+    "job",
+    "hosts_from_file",
+    "inventory",
+    "slurm_via",
+    "ssh_user",
+    "agent_namespace",
+    "agent_selector",
+    "forks",
+    "timeout_per_host",
+)
+
+
+def job_option_decorators() -> list[Any]:
+    return [
+        click.option(
+            "--job",
+            metavar="KIND/NAMESPACE/NAME | slurm:JOBID",
+            help="Diagnose a whole job: a Kubernetes Job, PyTorchJob, TFJob or MPIJob, or a "
+            "Slurm job; every node it ran on is read at once.",
+        ),
+        click.option(
+            "--hosts-from-file",
+            type=click.Path(dir_okay=False),
+            help="A job's nodes, one per line: a target or inventory name, then optional "
+            "NAME=VALUE runbook variables (ranks=0,1 app_log_dir=...).",
+        ),
+        click.option(
+            "--inventory",
+            "-i",
+            type=click.Path(),
+            help="Ansible inventory naming how to reach a job's hosts (Slurm host names, "
+            "names in --hosts-from-file).",
+        ),
+        click.option(
+            "--slurm-via",
+            metavar="TARGET",
+            default="local",
+            show_default=True,
+            help="Where to run scontrol (e.g. ssh://login-1).",
+        ),
+        click.option(
+            "--ssh-user",
+            default="root",
+            show_default=True,
+            help="SSH user for a job's hosts not in --inventory.",
+        ),
+        click.option(
+            "--agent-namespace",
+            default="kube-system",
+            show_default=True,
+            help="Namespace of the node-agent pods (Kubernetes jobs).",
+        ),
+        click.option(
+            "--agent-selector",
+            default="app=node-agent",
+            show_default=True,
+            help="Label selector of the node-agent pods (Kubernetes jobs).",
+        ),
+        click.option(
+            "--forks",
+            type=click.IntRange(1, 1024),
+            default=32,
+            show_default=True,
+            help="Nodes of a job read at once.",
+        ),
+        click.option(
+            "--timeout-per-host",
+            type=click.FloatRange(min=0.5),
+            default=120.0,
+            show_default=True,
+            help="Seconds one node of a job may take, connect included.",
+        ),
+    ]
+
+
+def job_options(func: F) -> F:
+    """--job, --hosts-from-file and how to reach a job's nodes (`run` of a whole job)."""
+    for decorator in reversed(job_option_decorators()):
+        func = decorator(func)
+    return func

@@ -24,18 +24,13 @@ from runbook.cli.options import (
     complete_runbook,
     format_option,
     load_config,
+    parse_vars,
     runbook_option,
     textfile_dir_option,
     var_option,
 )
 from runbook.errors import UsageError
 from runbook.output import count
-
-
-def _vars(items: tuple[str, ...]) -> dict[str, Any]:
-    from runbook.cli.app import parse_vars
-
-    return parse_vars(items)
 
 
 def _default_report_dir(kind: str, runbook_id: str) -> Path:
@@ -119,18 +114,6 @@ def _progress(title: str) -> Any:
     from runbook.render.sweep_progress import progress_for
 
     return progress_for(title, sys.stderr)
-
-
-def ssh_config_options(given: str | None) -> dict[str, Any]:
-    """HostOptions' ssh_config (read once for every host) and ssh_config_file (recorded with
-    proposals)."""
-    from runbook.targets import config_path, recorded_config_path
-    from runbook.transports import ssh_config as ssh_config_mod
-
-    return {
-        "ssh_config": ssh_config_mod.load(config_path(given)),
-        "ssh_config_file": recorded_config_path(given),
-    }
 
 
 @click.command("sweep")
@@ -294,119 +277,56 @@ def sweep(
     runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
     runbook sweep nccl-init-failure -i inventory/ --report /var/lib/sweeps/nightly --resume
     """
-    from runbook.config import state_dir
-    from runbook.remedies.approval import Desk
-    from runbook.spec import load_file, resolve
+    from runbook.session import HostAccess, SweepRequest, run_sweep_session, sweep_fleet
     from runbook.sweep import shard as shard_mod
-    from runbook.sweep.checkpoint import Checkpoint
-    from runbook.sweep.host import HostOptions, probes_per_host
-    from runbook.sweep.lock import SweepLock
-    from runbook.sweep.run import ProposalQueue, run_sweep
-    from runbook.timestamps import now_iso
 
-    if bool(inventory) == bool(kube_selector):
-        raise UsageError("give one host source: --inventory/-i or --kube-selector")
-    if limit and not inventory:
-        raise UsageError(
-            "--limit selects from an Ansible inventory; with --kube-selector, "
-            "narrow the label selector instead"
-        )
-    if resume and not report_dir:
-        raise UsageError("--resume needs --report DIR: the directory the interrupted sweep wrote")
-    k_n = shard_mod.parse_shard(shard) if shard else None
-    variables = _vars(var_items)
-    pending = None
-    if inventory:
-        from runbook.sweep.inventory import PendingInventory
-
-        # Ansible reads the inventory (a process of its own) while the runbook loads here;
-        # killed when the command ends if it was never read (the runbook failed to load)
-        pending = PendingInventory(inventory, limit=limit, timeout=inventory_timeout)
-        ctx.call_on_close(pending.close)
-    runbook = load_file(resolve(runbook_ref))
-    source = str(Path(inventory).resolve()) if inventory else f"kube:{kube_selector}"
-    key = (
-        f"inventory {source}"
-        if inventory
-        else f"kubernetes {kube_context or '(current context)'} {kube_selector}"
-    )
-    if k_n:
-        key += f" shard {k_n[0]}/{k_n[1]}"
-    with SweepLock(key, state_dir() / "sweep-locks"):
-        if pending is not None:
-            entries = pending.entries(limit)
-        else:
-            from runbook.sweep.kube import kube_entries
-
-            assert kube_selector is not None
-            entries = kube_entries(
-                kube_selector,
-                namespace=kube_namespace,
-                agent_selector=agent_selector,
-                container=agent_container,
-                kubectl=kubectl,
-                context=kube_context,
-                timeout=inventory_timeout,
-            )
-        if k_n:
-            entries = shard_mod.select(entries, [e.name for e in entries], *k_n)
-        out = Path(report_dir) if report_dir else _default_report_dir("sweep", runbook.id)
-        options = HostOptions(
-            runbook=runbook,
-            variables=variables,
-            timeout_per_host=timeout_per_host,
-            connect_timeout=connect_timeout,
-            identities=tuple(Path(p) for p in identities),
-            known_hosts=Path(known_hosts) if known_hosts else None,
+    request = SweepRequest(
+        runbook_ref=runbook_ref,
+        inventory=inventory,
+        limit=limit,
+        kube_selector=kube_selector,
+        kube_namespace=kube_namespace,
+        agent_selector=agent_selector,
+        agent_container=agent_container,
+        forks=forks,
+        timeout_per_host=timeout_per_host,
+        report_dir=Path(report_dir) if report_dir else None,
+        keep_bundles=keep_bundles,
+        variables={},
+        access=HostAccess(
+            identities=identities,
+            known_hosts=known_hosts,
             accept_new_host_keys=accept_new_host_keys,
+            connect_timeout=connect_timeout,
+            ssh_config=ssh_config,
+            nsenter=nsenter,
             kubectl=kubectl,
             kube_context=kube_context,
-            nsenter=nsenter,
-            keep_dir=out / "hosts" if keep_bundles else None,
-            max_parallel=probes_per_host(forks),
-            **ssh_config_options(ssh_config),
-        )
+        ),
+        inventory_timeout=inventory_timeout,
+        resume=resume,
+    )
+    request.check()
+    request = replace(
+        request,
+        shard=shard_mod.parse_shard(shard) if shard else None,
+        variables=parse_vars(var_items),
+    )
+    with sweep_fleet(request, _earlier_sweep, on_close=ctx.call_on_close) as session:
         cfg = load_config(ctx, db=db)
-        shard_label = f"{k_n[0]}/{k_n[1]}" if k_n else None
-        reused, resumed_from = _earlier_sweep(out, key, runbook_ref, entries, resume=resume)
-        checkpoint = Checkpoint(
-            out,
-            {
-                "key": key,
-                "runbook": runbook_ref,
-                "source": source,
-                "shard": shard_label,
-                "total": len(entries),
-                "started_at": now_iso(),
-                "resumed_from": resumed_from,
-            },
-            reused.values(),
-        )
         try:
-            with Desk(cfg) as desk:
-                result = run_sweep(
-                    entries,
-                    options,
-                    forks=forks,
-                    runbook_ref=runbook_ref,
-                    source=source if inventory else f"nodes {kube_selector}",
-                    shard=shard_label,
-                    observer=_progress(f"sweep {runbook.id}"),
-                    queue=ProposalQueue(
-                        desk, runbook_ref=runbook_ref, variables=variables, options=options
-                    ),
-                    reused=reused,
-                    on_host=checkpoint.host_done,
-                    resumed_from=resumed_from,
-                )
-            _finish(result, out, fmt, checkpoint, textfile_dir=cfg.textfile_dir)
+            result = run_sweep_session(session, cfg, _progress(f"sweep {session.runbook.id}"))
+            _finish(
+                result, session.report_dir, fmt, session.checkpoint, textfile_dir=cfg.textfile_dir
+            )
         except KeyboardInterrupt as exc:  # ^C, SIGTERM: every host finished is in progress.jsonl
             from runbook.interrupt import as_interrupted
 
-            hint = f"the same sweep with --report {out} --resume sweeps only the hosts not finished"
+            hint = (
+                f"the same sweep with --report {session.report_dir} --resume sweeps only the "
+                "hosts not finished"
+            )
             raise as_interrupted(exc, hint=hint) from None
-        finally:
-            checkpoint.close()
 
 
 def _names(names: list[str], limit: int = 20) -> str:
@@ -523,7 +443,7 @@ def analyze_dir(
         Path(directory),
         runbook,
         runbook_ref=runbook_ref,
-        variables=_vars(var_items),
+        variables=parse_vars(var_items),
         forks=forks,
         observer=_progress(f"analyze {runbook.id}"),
     )
@@ -548,7 +468,7 @@ def collect_plan(
     from runbook.spec import load_file, resolve
     from runbook.sweep.plan import collection_plan, dump_plan
 
-    plan = collection_plan(load_file(resolve(runbook_ref)), _vars(var_items))
+    plan = collection_plan(load_file(resolve(runbook_ref)), parse_vars(var_items))
     text = dump_plan(plan) if fmt == "yaml" else json.dumps(plan, indent=2) + "\n"
     for note in plan["evidence_collect_notes"]:
         click.echo(f"note: {note}", err=True)

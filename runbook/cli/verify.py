@@ -14,8 +14,14 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from runbook.cli.app import _open, parse_vars, target_options
-from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
+from runbook.cli.options import (
+    complete_proposal,
+    format_option,
+    load_config,
+    parse_vars,
+    target_options,
+    textfile_dir_option,
+)
 from runbook.output import output_console
 
 _REPLAY_OPTIONS = [
@@ -96,6 +102,7 @@ def verify_cmd(
     from runbook.remedies.approval import Refused, actor_name
     from runbook.render.console import GuidedConsole
     from runbook.render.verify import print_verification
+    from runbook.session import TargetSpec
     from runbook.verify.check import ReplayRequest, new_run_dir, verify
     from runbook.verify.record import verifiable
 
@@ -110,7 +117,7 @@ def verify_cmd(
         if why:
             raise Refused(why)
         if target:
-            transport = _open(target, kw)
+            transport = TargetSpec.from_flags(target, kw).open()
         elif proposal.target:
             stored = plans.Target.from_dict(proposal.target)
             if not stored.live:
@@ -165,6 +172,7 @@ def replay_stages_cmd(
     stage's pod peak (per container), per-rank peak and first collective; stop at the first
     stage that comes within the headroom of the limit, before the kernel OOM-kills anything."""
     from runbook.render.verify import print_lines, replay_lines
+    from runbook.session import TargetSpec
     from runbook.units import parse_size
     from runbook.verify.replay import DEFAULT_PATTERN, ReplaySpec, run_replay
     from runbook.verify.stages import ladder, parse_headroom, parse_knobs, stages_from
@@ -183,7 +191,7 @@ def replay_stages_cmd(
     )
     console = output_console(stderr=fmt == "json")
     started, done = _stage_printer(console)
-    transport = _open(target, kw)
+    transport = TargetSpec.from_flags(target, kw).open()
     try:
         outcome = run_replay(transport, spec, on_stage=started, on_result=done)
     finally:

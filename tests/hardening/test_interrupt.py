@@ -346,13 +346,13 @@ class _StopAfter:
 
 
 def _walk(bundle: Path, run_dir: Path | None, **kw: Any) -> dict[str, Any]:
-    from runbook.cli.app import _replay_context
+    from runbook.session import replay_context
 
     runbook = load_file(resolve("nccl-init-failure"))
     transport = ReplayTransport(bundle)
     directory = RunDirectory(run_dir) if run_dir else None
     try:
-        node, context = _replay_context(transport, {})
+        node, context = replay_context(transport, {})
         if "resume" in kw:
             kw["resume"] = Conductor.from_state(runbook, kw["resume"])
         return execute(

@@ -210,7 +210,7 @@ def test_a_multi_node_check_fixes_the_set_and_single_node_success_does_not_count
                for r in verdict["ruled_out"])
     # the ranks all landing on one node is a single-node success: it proves nothing cross-node
     shims.configure(h100, {**H100, "peak_busbw": 480.0, "local_only": True})
-    from runbook.cli.app import parse_vars
+    from runbook.cli.options import parse_vars
 
     local = facts(walk(host_network, h100, **parse_vars(fixed)))
     assert local["failed"] == ["fixed-set"], local["criteria"]
