@@ -204,134 +204,193 @@ def execute(
     directory: state.json (atomically), then the `stage` event, then the observer (the
     console). A stage in events.jsonl is always in state.json; state.json may be one stage
     ahead of the events when the process died between the two."""
-    observer = observer or NullObserver()
     conductor = resume if resume is not None else Conductor(runbook, variables)
-    started = time.monotonic()
-
     with _Prober(transport, max_parallel) as prober:
-        all_results: dict[str, CommandResult] = {}
-        #: (probe name, command) -> the files it contributed, for stages that collect it again
-        collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
-        for result in prober.run(PREAMBLE):
-            all_results[result.name] = result
-        node = node or node_name(all_results, transport.description)
-        conductor.vars.setdefault("node", node)  # templates may name the node
-        ctx: dict[str, Any] = {
-            "node": node,
-            "page_size": 4096,
-            **_clock_context(all_results),
-            **(context or {}),
-            "vars": conductor.vars,
-        }
-        # every probe that needs no earlier stage's facts goes now, in one burst (when there is
-        # more than the next stage's: those it sends itself)
-        ahead = conductor.ahead()
-        if len(ahead) > 1:
-            prober.send_ahead([probe for probes in ahead.values() for probe in probes])
-        if run_dir and resume is not None:
-            run_dir.event(
-                "run-resumed",
-                runbook=runbook.id,
-                target=transport.description,
-                node=node,
-                at=conductor.current,
-                walked=list(conductor.path),
-            )
-        elif run_dir:
-            run_dir.event(
-                "run-started", runbook=runbook.id, target=transport.description, node=node
-            )
-
-        total = len(runbook.stages)
+        walk = _Walk(
+            runbook, conductor, prober, transport.description, observer or NullObserver(),
+            run_dir, collect_all=collect_all,
+        )  # fmt: skip
+        walk.preamble(node, context, resumed=resume is not None)
         while not conductor.done:
             stage = conductor.next_stage()
             assert stage is not None
-            index = [s.id for s in runbook.stages].index(stage.id) + 1
-            run_it, why = conductor.should_run(stage)
-            if not run_it and not collect_all:
-                record = conductor.skip(stage.id, f"skipped: {why} is false")
-                if run_dir:
-                    run_dir.save_state(conductor.to_state())
-                observer.stage_done(stage, record)
-                continue
-            probes, template_errors = conductor.probes(stage)
-            observer.stage_started(stage, index, total, probes)
-            results: dict[str, CommandResult] = {}
-            # a file an earlier stage already collected with the same command (NCCL's logs are read
-            # by three stages) is not fetched again: one round trip, and every parser sees the
-            # content the bundle holds
-            fresh = []
-            for probe in probes:
-                earlier = collected.get((probe.name, probe.command))
-                if earlier is None:
-                    fresh.append(probe)
-                    continue
-                results.update(earlier)
-                observer.probe_done(stage, next(iter(earlier.values())))
-            commands = {p.name: p.command for p in fresh}
-            for result in prober.run(fresh):
-                results[result.name] = result
-                observer.probe_done(stage, result)
-                pieces = (
-                    bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
-                )
-                if not pieces and result.exited not in (0, None) and not result.stdout.strip():
-                    # a multi-file probe that found no file at all collected nothing
-                    results[result.name] = result = replace(result, collected=False)
-                if pieces and pieces[0] is not result:
-                    # parsers see the files, not the joined multi-file output they came in
-                    del results[result.name]
-                for piece in pieces:
-                    results.setdefault(piece.name, piece)
-                    all_results[piece.name] = piece
-                    if run_dir:
-                        # whole whatever kills the process (renamed into place), but not
-                        # fsynced one by one: ~3 files a probe, the walk's largest cost in
-                        # system calls; state.json and verdict.json are (runbook/atomic.py)
-                        bundle_mod.write_result(run_dir.bundle, piece, durable=False)
-                collected[(result.name, commands.get(result.name, result.command))] = {
-                    piece.name: results[piece.name] for piece in pieces
-                } or {result.name: results[result.name]}
-                if run_dir:
-                    run_dir.event(
-                        "probe",
-                        stage=stage.id,
-                        name=result.name,
-                        command=result.command,
-                        exited=result.exited,
-                        duration=round(result.duration, 4),
-                        failure=result.failure,
-                        truncated=result.truncated,
-                    )
-            facts, parse_errors = _parse(stage, results, ctx)
-            record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
-            if collect_all:
-                # collection walks every stage in order whatever the rules said
-                ids = [s.id for s in runbook.stages]
-                conductor.current = ids[index] if index < len(ids) else None
-            if run_dir:
-                run_dir.save_state(conductor.to_state())
-                run_dir.event(
-                    "stage",
-                    stage=stage.id,
-                    status=record.status.value,
-                    next=record.next,
-                    reason=record.reason,
-                    findings=[f.text for f in record.findings],
-                    errors=record.errors,
-                )
-            observer.stage_done(stage, record)
+            walk.stage(stage)
+        return walk.finish()
 
+
+class _Walk:
+    """One walk's state between its steps: every result so far, what each probe collected
+    (a stage that asks for the same file with the same command gets it without a round
+    trip), the parsers' context, and where the results go (run directory, observer)."""
+
+    def __init__(
+        self,
+        runbook: Runbook,
+        conductor: Conductor,
+        prober: _Prober,
+        target: str,
+        observer: Observer,
+        run_dir: RunDirectory | None,
+        *,
+        collect_all: bool,
+    ) -> None:
+        self.runbook = runbook
+        self.conductor = conductor
+        self.prober = prober
+        self.target = target
+        self.observer = observer
+        self.run_dir = run_dir
+        self.collect_all = collect_all
+        self.started = time.monotonic()
+        self.all_results: dict[str, CommandResult] = {}
+        #: (probe name, command) -> the files it contributed, for stages that collect it again
+        self.collected: dict[tuple[str, str], dict[str, CommandResult]] = {}
+        self.node = ""
+        self.ctx: dict[str, Any] = {}
+        self.stage_ids = [s.id for s in runbook.stages]
+
+    def preamble(
+        self, node: str | None, context: Mapping[str, Any] | None, *, resumed: bool
+    ) -> None:
+        """The node's name and clocks, then every probe that needs no earlier stage's facts
+        in one burst, then the run's first event."""
+        for result in self.prober.run(PREAMBLE):
+            self.all_results[result.name] = result
+        self.node = node or node_name(self.all_results, self.target)
+        conductor = self.conductor
+        conductor.vars.setdefault("node", self.node)  # templates may name the node
+        self.ctx = {
+            "node": self.node,
+            "page_size": 4096,
+            **_clock_context(self.all_results),
+            **(context or {}),
+            "vars": conductor.vars,
+        }
+        # more than the next stage's probes (those it sends itself) go ahead now
+        ahead = conductor.ahead()
+        if len(ahead) > 1:
+            self.prober.send_ahead([probe for probes in ahead.values() for probe in probes])
+        if self.run_dir and resumed:
+            self.run_dir.event(
+                "run-resumed",
+                runbook=self.runbook.id,
+                target=self.target,
+                node=self.node,
+                at=conductor.current,
+                walked=list(conductor.path),
+            )
+        elif self.run_dir:
+            self.run_dir.event(
+                "run-started", runbook=self.runbook.id, target=self.target, node=self.node
+            )
+
+    def stage(self, stage: Stage) -> None:
+        """One stage: skipped when its `when` is false, else its probes, parsers and rules;
+        recorded (state.json, then the event) before the observer is told."""
+        conductor = self.conductor
+        index = self.stage_ids.index(stage.id) + 1
+        run_it, why = conductor.should_run(stage)
+        if not run_it and not self.collect_all:
+            record = conductor.skip(stage.id, f"skipped: {why} is false")
+            if self.run_dir:
+                self.run_dir.save_state(conductor.to_state())
+            self.observer.stage_done(stage, record)
+            return
+        probes, template_errors = conductor.probes(stage)
+        self.observer.stage_started(stage, index, len(self.stage_ids), probes)
+        results = self._results(stage, probes)
+        facts, parse_errors = _parse(stage, results, self.ctx)
+        record = conductor.record(stage.id, results, facts, template_errors + parse_errors)
+        if self.collect_all:
+            # collection walks every stage in order whatever the rules said
+            ids = self.stage_ids
+            conductor.current = ids[index] if index < len(ids) else None
+        if self.run_dir:
+            self.run_dir.save_state(conductor.to_state())
+            self.run_dir.event(
+                "stage",
+                stage=stage.id,
+                status=record.status.value,
+                next=record.next,
+                reason=record.reason,
+                findings=[f.text for f in record.findings],
+                errors=record.errors,
+            )
+        self.observer.stage_done(stage, record)
+
+    def _results(self, stage: Stage, probes: Sequence[Probe]) -> dict[str, CommandResult]:
+        """The stage's files: a file an earlier stage already collected with the same command
+        (NCCL's logs are read by three stages) is not fetched again — one round trip, and
+        every parser sees the content the bundle holds; the rest are run now."""
+        results: dict[str, CommandResult] = {}
+        fresh = []
+        for probe in probes:
+            earlier = self.collected.get((probe.name, probe.command))
+            if earlier is None:
+                fresh.append(probe)
+                continue
+            results.update(earlier)
+            self.observer.probe_done(stage, next(iter(earlier.values())))
+        commands = {p.name: p.command for p in fresh}
+        for result in self.prober.run(fresh):
+            self._take(stage, result, commands.get(result.name, result.command), results)
+        return results
+
+    def _take(
+        self,
+        stage: Stage,
+        result: CommandResult,
+        command: str,
+        results: dict[str, CommandResult],
+    ) -> None:
+        """One probe's result: split into its files (a multi-file probe), kept in the bundle,
+        remembered for later stages, logged as an event."""
+        results[result.name] = result
+        self.observer.probe_done(stage, result)
+        pieces = bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
+        if not pieces and result.exited not in (0, None) and not result.stdout.strip():
+            # a multi-file probe that found no file at all collected nothing
+            results[result.name] = result = replace(result, collected=False)
+        if pieces and pieces[0] is not result:
+            # parsers see the files, not the joined multi-file output they came in
+            del results[result.name]
+        for piece in pieces:
+            results.setdefault(piece.name, piece)
+            self.all_results[piece.name] = piece
+            if self.run_dir:
+                # whole whatever kills the process (renamed into place), but not fsynced one
+                # by one: ~3 files a probe, the walk's largest cost in system calls;
+                # state.json and verdict.json are (runbook/atomic.py)
+                bundle_mod.write_result(self.run_dir.bundle, piece, durable=False)
+        self.collected[(result.name, command)] = {
+            piece.name: results[piece.name] for piece in pieces
+        } or {result.name: results[result.name]}
+        if self.run_dir:
+            self.run_dir.event(
+                "probe",
+                stage=stage.id,
+                name=result.name,
+                command=result.command,
+                exited=result.exited,
+                duration=round(result.duration, 4),
+                failure=result.failure,
+                truncated=result.truncated,
+            )
+
+    def finish(self) -> RunResult:
+        """The verdict; with a run directory, the bundle's meta, verdict.json, `run-done`."""
+        conductor = self.conductor
         verdict = build_verdict(
             conductor,
-            node=node,
-            target=transport.description,
-            local_utc_offset=ctx.get("utc_offset"),
+            node=self.node,
+            target=self.target,
+            local_utc_offset=self.ctx.get("utc_offset"),
         )
-        verdict = verdict.annotated(duration_s=round(time.monotonic() - started, 3))
+        verdict = verdict.annotated(duration_s=round(time.monotonic() - self.started, 3))
+        run_dir = self.run_dir
         if run_dir:
             meta = bundle_mod.BundleMeta(
-                node=node,
+                node=self.node,
                 collected_at=now_iso(),
                 pod=_str_or_none(conductor.vars.get("pod")),
                 namespace=_str_or_none(conductor.vars.get("namespace")),
@@ -339,8 +398,10 @@ def execute(
             bundle_mod.write_bundle(run_dir.bundle, meta, ())
             run_dir.save_verdict(verdict)
             run_dir.event("run-done", root_cause=verdict.root_cause)
-        observer.run_done(verdict)
-        return RunResult(verdict, conductor, all_results, node, run_dir.path if run_dir else None)
+        self.observer.run_done(verdict)
+        return RunResult(
+            verdict, conductor, self.all_results, self.node, run_dir.path if run_dir else None
+        )
 
 
 def _str_or_none(value: Any) -> str | None:

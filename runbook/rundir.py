@@ -352,7 +352,7 @@ class ApprovalLedger:
 
     def __init__(
         self,
-        directory: Any,
+        directory: RunDirectory,
         queued: list[str],
         decisions: dict[str, str] | None = None,
         waiting: str | None = None,
@@ -365,7 +365,7 @@ class ApprovalLedger:
         self.done = done
 
     @classmethod
-    def load(cls, directory: Any) -> ApprovalLedger | None:
+    def load(cls, directory: RunDirectory) -> ApprovalLedger | None:
         data = read_ledger(directory.path)
         if data is None:
             return None

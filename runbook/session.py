@@ -43,10 +43,11 @@ if TYPE_CHECKING:
     from runbook.spec.models import Runbook
     from runbook.sweep.checkpoint import Checkpoint
     from runbook.sweep.host import HostOptions
-    from runbook.sweep.inventory import HostEntry
+    from runbook.sweep.inventory import HostEntry, PendingInventory
     from runbook.sweep.results import HostResult, SweepObserver, SweepResult
     from runbook.targets import TargetOptions
     from runbook.transports.base import Transport
+    from runbook.verdict import Verdict
 
 
 # -------------------------------------------------------------------------------- targets
@@ -347,7 +348,7 @@ def queued_approvals(
     directory: RunDirectory,
     record: RunRecord,
     runbook: Runbook,
-    verdict: Any,
+    verdict: Verdict,
 ) -> Iterator[PendingApprovals | None]:
     """Queue the verdict's proposals (once: approvals.json remembers), and yield those not
     decided yet with the open desk, for the caller to ask about or list; approvals.json says
@@ -393,7 +394,7 @@ class ResumePoint:
     path: Path
     record: RunRecord
     directory: RunDirectory
-    verdict: Any
+    verdict: Verdict | None
     finished: bool
     queued_any: bool
 
@@ -435,7 +436,7 @@ class ResumePoint:
 
     def walk(
         self, runbook: Runbook, conductor: Conductor, started: bool, observer: Observer
-    ) -> Any:
+    ) -> Verdict:
         """Re-open the target, read its preamble again and walk what is left; the verdict."""
         transport = TargetSpec.from_record(self.record).open()
         try:
@@ -456,7 +457,7 @@ class ResumePoint:
         from runbook.rundir import events
 
         logged = events(self.path)
-        if logged and logged[-1].get("event") != "run-done":
+        if self.verdict is not None and logged and logged[-1].get("event") != "run-done":
             self.directory.event("run-done", root_cause=self.verdict.root_cause)
 
     def close(self) -> None:
@@ -754,9 +755,9 @@ class SweepSession:
 @contextmanager
 def sweep_fleet(
     request: SweepRequest,
-    earlier: Any,
+    earlier: Callable[..., tuple[dict[str, HostResult], str | None]],
     *,
-    on_close: Any = None,
+    on_close: Callable[[Callable[[], None]], object] | None = None,
 ) -> Iterator[SweepSession]:
     """Take the sweep's lock, list its hosts (ansible-inventory starts before the runbook
     loads and is read once it is needed) and open its checkpoint; `run_sweep_session` then
@@ -821,7 +822,9 @@ def sweep_fleet(
             checkpoint.close()
 
 
-def _sweep_entries(request: SweepRequest, pending: Any) -> list[HostEntry]:
+def _sweep_entries(
+    request: SweepRequest, pending: PendingInventory | None
+) -> list[HostEntry]:
     if pending is not None:
         entries: list[HostEntry] = pending.entries(request.limit)
         return entries

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -23,6 +23,13 @@ from runbook.output import count, output_console
 from runbook.remedies.playbook import TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
 from runbook.verdict import Verdict
+
+if TYPE_CHECKING:
+    from runbook.config import Config
+    from runbook.remedies.approval import Desk, Execution, Queued
+    from runbook.remedies.store import QueuedProposal
+    from runbook.rundir import ApprovalLedger, RunDirectory, RunRecord
+    from runbook.spec.models import Runbook
 
 _STATUS_STYLE = {
     "ok": "green",
@@ -155,7 +162,7 @@ def _value(value: Any) -> str:
     return text if len(text) < 160 else text[:157] + "..."
 
 
-def show_proposal(console: Console, p: Any, *, brief: bool = False) -> None:
+def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -> None:
     # the state in brackets is text, not markup: unescaped, rich took `[pending]` for a style
     # and printed nothing in its place (leaving two trailing spaces)
     console.print(f"[bold]{p.id}[/]  {p.kind} on {escape(p.node or '?')}  {escape(f'[{p.state}]')}")
@@ -236,7 +243,7 @@ def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
         raise click.exceptions.Exit(1)
 
 
-def report_execution(console: Console, execution: Any) -> None:
+def report_execution(console: Console, execution: Execution) -> None:
     from runbook.remedies import ab
 
     p = execution.proposal
@@ -494,13 +501,13 @@ def show_advice(console: Console, proposal: VerdictProposal) -> None:
 
 def guided_approvals(
     console: Console,
-    desk: Any,
-    queued: list[Any],
+    desk: Desk,
+    queued: list[Queued],
     *,
     interactive: bool,
     as_user: str | None = None,
     advice: Sequence[VerdictProposal] = (),
-    ledger: Any = None,
+    ledger: ApprovalLedger | None = None,
 ) -> None:
     """After a guided walk: each queued proposal with its evidence and check-mode diff, then
     approve / deny / skip. Not interactive: say where each one waits.
@@ -608,10 +615,10 @@ def guided_approvals(
 
 def approvals_phase(
     console: Console,
-    cfg: Any,
-    directory: Any,
-    record: Any,
-    runbook: Any,
+    cfg: Config,
+    directory: RunDirectory,
+    record: RunRecord,
+    runbook: Runbook,
     verdict: Verdict,
     *,
     interactive: bool,

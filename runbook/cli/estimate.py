@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -19,6 +19,10 @@ from rich.table import Table
 
 from runbook.cli.options import format_option
 from runbook.output import output_console
+
+if TYPE_CHECKING:
+    from runbook.remedies.advice import Advice
+    from runbook.remedies.estimate import Estimate
 
 #: the parsers whose facts the estimate reads
 PARSERS = ("kube", "cgroup", "procmem")
@@ -82,7 +86,7 @@ def _headroom_default() -> float:
     return float(value) if isinstance(value, int | float) else 1.2
 
 
-def _render_text(console: Console, est: Any, advice: Any) -> None:
+def _render_text(console: Console, est: Estimate, advice: Advice) -> None:
     from runbook.remedies.estimate import NAMES
     from runbook.units import human
 

@@ -64,13 +64,11 @@ def resume(
     from runbook.session import resume_point
 
     point = resume_point(Path(run_dir))
-    path = point.path
+    path, verdict = point.path, point.verdict
     try:
-        if point.finished:
+        if point.finished and verdict is not None:
             queued = ", its proposals are in the approval queue" if point.queued_any else ""
-            click.echo(
-                f"nothing to do: {path} finished (verdict {point.verdict.root_cause}{queued})"
-            )
+            click.echo(f"nothing to do: {path} finished (verdict {verdict.root_cause}{queued})")
             return
         runbook = point.runbook()
         record = point.record
@@ -82,7 +80,7 @@ def resume(
             os.chdir(record.cwd)  # relative paths in the variables mean what they meant
         for note in point.repair():
             console.print(f"[dim]{escape(note)}[/]")
-        if point.verdict is None:
+        if verdict is None:
             conductor, started = point.restored(runbook)
             console.print(
                 f"[bold]resuming {escape(str(path))}[/]: {escape(runbook.id)} over "
@@ -90,14 +88,14 @@ def resume(
                 f"done, next: {escape(conductor.current or 'the verdict')}"
             )
             observer = GuidedConsole(console, verbose=verbosity() > 0)
-            point.verdict = point.walk(runbook, conductor, started, observer)
+            verdict = point.walk(runbook, conductor, started, observer)
         else:
             point.mark_done()
             console.print(f"[bold]resuming {escape(str(path))}[/]: the walk had finished")
-            render_verdict(console, point.verdict)
+            render_verdict(console, verdict)
         interactive = not no_input and fmt == "text" and sys.stdin.isatty()
         approvals_phase(
-            console, cfg, point.directory, record, runbook, point.verdict,
+            console, cfg, point.directory, record, runbook, verdict,
             interactive=interactive, as_user=as_user or record.as_user,
         )  # fmt: skip
     except (KeyboardInterrupt, click.exceptions.Abort) as exc:
@@ -105,7 +103,7 @@ def resume(
     finally:
         point.close()
     if fmt == "json":
-        click.echo(json.dumps(point.verdict.to_json(), indent=2, default=str))
+        click.echo(json.dumps(verdict.to_json(), indent=2, default=str))
     else:
         click.echo(f"\nrun directory: {path}")
 

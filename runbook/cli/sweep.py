@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,6 +33,10 @@ from runbook.cli.options import (
 from runbook.errors import UsageError
 from runbook.output import count
 
+if TYPE_CHECKING:
+    from runbook.sweep.inventory import HostEntry
+    from runbook.sweep.results import SweepResult
+
 
 def _default_report_dir(kind: str, runbook_id: str) -> Path:
     from runbook.rundir import new_path
@@ -40,7 +45,7 @@ def _default_report_dir(kind: str, runbook_id: str) -> Path:
 
 
 def _finish(
-    sweep: Any,
+    sweep: SweepResult,
     report_dir: Path,
     fmt: str,
     checkpoint: Any = None,
@@ -335,7 +340,7 @@ def _names(names: list[str], limit: int = 20) -> str:
 
 
 def _earlier_sweep(
-    out: Path, key: str, runbook_ref: str, entries: Any, *, resume: bool
+    out: Path, key: str, runbook_ref: str, entries: Sequence[HostEntry], *, resume: bool
 ) -> tuple[dict[str, Any], str | None]:
     """An interrupted sweep's progress in the report directory: said on stderr; with --resume
     the results of the hosts it finished (still in the inventory), else moved aside."""

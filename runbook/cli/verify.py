@@ -7,8 +7,9 @@ proposal cannot be verified (not a succeeded remedy); 2 usage; 3 the target is u
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -23,6 +24,9 @@ from runbook.cli.options import (
     textfile_dir_option,
 )
 from runbook.output import output_console
+
+if TYPE_CHECKING:
+    from runbook.verify.stages import ReplayStage, StageResult
 
 _REPLAY_OPTIONS = [
     click.option("--cgroup", "pod_cgroup", metavar="DIR",
@@ -57,13 +61,15 @@ def _desk(ctx: click.Context, db: str | None) -> Any:
     return Desk(load_config(ctx, db=db))
 
 
-def _stage_printer(console: Console) -> tuple[Any, Any]:
+def _stage_printer(
+    console: Console,
+) -> tuple[Callable[[ReplayStage], None], Callable[[StageResult], None]]:
     from runbook.render.verify import print_lines, stage_lines
 
-    def started(stage: Any) -> None:
+    def started(stage: ReplayStage) -> None:
         console.print(f"\n[bold]━━ replay stage {stage.index}[/]: {escape(stage.label)}")
 
-    def done(result: Any) -> None:
+    def done(result: StageResult) -> None:
         style = "green" if result.passed else "bold red"
         lines = stage_lines(result.as_dict())
         console.print(f"  [{style}]{escape(lines[0])}[/]")

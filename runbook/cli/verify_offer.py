@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
@@ -18,8 +18,11 @@ from rich.markup import escape
 from runbook.remedies import plans
 from runbook.remedies.store import QueuedProposal
 
+if TYPE_CHECKING:
+    from runbook.remedies.approval import Desk
 
-def verify_command(desk: Any, proposal: QueuedProposal, *, target: str | None = None) -> str:
+
+def verify_command(desk: Desk, proposal: QueuedProposal, *, target: str | None = None) -> str:
     """`runbook verify ID --target URL` (with `--db` when the store is not the configured one)."""
     from runbook import config as config_mod
 
@@ -52,7 +55,7 @@ def open_stored_target(target: plans.Target) -> Any:
 
 
 def offer_verification(
-    console: Console, desk: Any, proposal: QueuedProposal, *, interactive: bool,
+    console: Console, desk: Desk, proposal: QueuedProposal, *, interactive: bool,
     as_user: str | None = None,
 ) -> None:
     if proposal.state != "succeeded":
@@ -75,7 +78,7 @@ def offer_verification(
 
 
 def run_now(
-    console: Console, desk: Any, proposal: QueuedProposal, target: plans.Target,
+    console: Console, desk: Desk, proposal: QueuedProposal, target: plans.Target,
     *, as_user: str | None = None,
 ) -> None:
     from runbook.errors import RunbookError
