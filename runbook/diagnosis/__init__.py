@@ -245,17 +245,17 @@ def _plan_missing(proposal: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _proposal(conductor: Conductor, remedy_id: str, ctx: dict[str, Any]) -> dict[str, Any]:
+def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> dict[str, Any]:
     remedy = conductor.runbook.remedy(remedy_id)
     params: dict[str, Any] = {}
     errors = []
     for key, template in remedy.params.items():
         try:
-            params[key] = templating.render_text(template, ctx)
+            params[key] = templating.render_text(template, context)
         except TemplateError as exc:
             errors.append(f"{key}: {exc.one_line()}")
     try:
-        summary = templating.render_text(remedy.summary or remedy.title, ctx)
+        summary = templating.render_text(remedy.summary or remedy.title, context)
     except TemplateError as exc:
         summary, errors = remedy.title, [*errors, exc.one_line()]
     digest = hashlib.sha256(
@@ -309,6 +309,141 @@ def confidence_of(
     return "medium"
 
 
+def _root_cause(
+    conductor: Conductor,
+    ranked: list[RuleFinding],
+    walked: list[Any],
+    anomalies: list[RuleFinding],
+    errors: list[Any],
+) -> tuple[str, RuleFinding | None, bool]:
+    """(root cause, the finding that names it, weak): an explicit `conclude:` wins, then the
+    first blaming finding's cause (`root_cause_of`); without one, `inconclusive` — or
+    `healthy` when nothing wrong was read and something was."""
+    cause, cause_finding, weak = root_cause_of(ranked)
+    if conductor.concluded:
+        root_cause = conductor.concluded
+        cause_finding = next((f for f in ranked if f.cause == root_cause), None)
+        weak = False
+    elif cause:
+        root_cause = cause
+    elif anomalies or errors or not _read_something(walked, conductor.runbook):
+        root_cause = "inconclusive"
+    else:
+        # nothing wrong in what was read, and something was read; what could not be read
+        # lowers the confidence and is named in a collect-more proposal
+        root_cause = "healthy"
+    return root_cause, cause_finding, weak
+
+
+def _surfaced_as(runbook: Any, context: dict[str, Any]) -> str | None:
+    """The runbook's `surfaced_as:` evaluated; None when it is unset, empty or fails."""
+    if not runbook.surfaced_as:
+        return None
+    try:
+        value = templating.evaluate(runbook.surfaced_as, context)
+    except TemplateError:
+        return None
+    return None if value in (None, "") else str(value)
+
+
+def _ruled_out(
+    walked: list[Any], findings: list[RuleFinding], root_cause: str
+) -> list[dict[str, str]]:
+    """The causes the walk ruled out, once each, less any a finding (other than context) or
+    the root cause blames."""
+    blamed = {f.cause for f in findings if f.cause and finding_role(f) != "context"}
+    ruled_out: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for record in walked:
+        for out in record.ruled_out:
+            if out["cause"] in blamed or out["cause"] == root_cause or out["cause"] in seen:
+                continue
+            seen.add(out["cause"])
+            ruled_out.append(dict(out))
+    return ruled_out
+
+
+def _remedy_proposals(
+    conductor: Conductor, walked: list[Any], root_cause: str, context: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The remedies the walk proposed, once each, that address the root cause (or gather
+    evidence); one whose plan lacks a measurement is advice, not queued."""
+    wanted: list[str] = []
+    for record in walked:
+        for remedy_id in record.proposals:
+            if remedy_id not in wanted:
+                wanted.append(remedy_id)
+    proposals = []
+    for remedy_id in wanted:
+        kind = conductor.runbook.remedy(remedy_id).kind
+        if kind in ADDRESSES and root_cause not in ADDRESSES[kind]:
+            continue  # decided on the kind: its templates are not rendered for nothing
+        proposal = _proposal(conductor, remedy_id, context)
+        missing = _plan_missing(proposal)
+        if missing:
+            proposal["requires_approval"] = False
+            proposal["missing"] = missing
+            proposal["summary"] = (
+                f"advice, not queued (missing: {'; '.join(missing)}): " + proposal["summary"]
+            )
+        proposals.append(proposal)
+    return proposals
+
+
+def _collect_more(gaps: list[Any]) -> dict[str, Any]:
+    """The proposal to collect what the walk could not read (or, with nothing missing, the
+    application logs and dmesg)."""
+    missing_stages = [r.id for r in gaps]
+    return {
+        "id": "collect-more-" + hashlib.sha256(",".join(missing_stages).encode()).hexdigest()[:10],
+        "kind": "collect-more",
+        "requires_approval": False,
+        "summary": (
+            "collect the evidence of: " + ", ".join(missing_stages)
+            if missing_stages
+            else "the findings name no cause: collect the application logs and dmesg"
+        ),
+        "params": {"stages": missing_stages},
+    }
+
+
+def _proposals(
+    conductor: Conductor,
+    walked: list[Any],
+    gaps: list[Any],
+    root_cause: str,
+    context: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The verdict's proposals, in the order to apply them: reduce the peak before adding
+    memory, drain last; a collect-more proposal when the verdict is inconclusive or evidence
+    is missing and none was proposed."""
+    proposals = _remedy_proposals(conductor, walked, root_cause, context)
+    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+    if (root_cause == "inconclusive" or gaps) and not any(
+        p["kind"] == "collect-more" for p in proposals
+    ):
+        proposals.append(_collect_more(gaps))
+    return proposals
+
+
+def _linked(finding: RuleFinding) -> typed.Finding:
+    """A finding as a link of the verdict's chain (or of what was also seen)."""
+    return typed.Finding(
+        stage=finding.stage,
+        finding=finding.text,
+        cause=finding.cause,
+        role=finding_role(finding),
+        evidence=tuple(
+            typed.EvidenceRef(
+                source=str(e.get("source") or f"stage:{finding.stage}"),
+                line=e.get("line") if isinstance(e.get("line"), int) else None,
+                time=e.get("time") if isinstance(e.get("time"), str) else None,
+            )
+            for e in finding.evidence
+        ),
+    )
+
+
 def build_verdict(
     conductor: Conductor, *, node: str, target: str = "", local_utc_offset: str | None = None
 ) -> typed.Verdict:
@@ -327,99 +462,16 @@ def build_verdict(
     errors = [r for r in walked if r.status is StageStatus.ERROR]
     anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
 
-    cause, cause_finding, weak = root_cause_of(ranked)
-    if conductor.concluded:
-        root_cause = conductor.concluded
-        cause_finding = next((f for f in ranked if f.cause == root_cause), None)
-        weak = False
-    elif cause:
-        root_cause = cause
-    elif anomalies or errors or not _read_something(walked, runbook):
-        root_cause = "inconclusive"
-    else:
-        # nothing wrong in what was read, and something was read; what could not be read
-        # lowers the confidence and is named in a collect-more proposal
-        root_cause = "healthy"
+    root_cause, cause_finding, weak = _root_cause(conductor, ranked, walked, anomalies, errors)
     confidence = confidence_of(root_cause, cause_finding, weak, errors, gaps)
-
-    ctx = conductor.context()
-    surfaced_as = None
-    if runbook.surfaced_as:
-        try:
-            value = templating.evaluate(runbook.surfaced_as, ctx)
-            surfaced_as = None if value in (None, "") else str(value)
-        except TemplateError:
-            surfaced_as = None
-
+    context = conductor.context()
+    surfaced_as = _surfaced_as(runbook, context)
     chain, also_seen = split_chain(
         ranked, root_cause if root_cause not in ("healthy", "inconclusive") else None
     )
-    blamed = {f.cause for f in findings if f.cause and finding_role(f) != "context"}
-    ruled_out: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for record in walked:
-        for out in record.ruled_out:
-            if out["cause"] in blamed or out["cause"] == root_cause or out["cause"] in seen:
-                continue
-            seen.add(out["cause"])
-            ruled_out.append(dict(out))
-
+    ruled_out = _ruled_out(walked, findings, root_cause)
     # a remedy is proposed only when it addresses the root cause (or gathers evidence)
-    wanted: list[str] = []
-    for record in walked:
-        for remedy_id in record.proposals:
-            if remedy_id not in wanted:
-                wanted.append(remedy_id)
-    proposals = []
-    for remedy_id in wanted:
-        kind = runbook.remedy(remedy_id).kind
-        if kind in ADDRESSES and root_cause not in ADDRESSES[kind]:
-            continue  # decided on the kind: its templates are not rendered for nothing
-        proposal = _proposal(conductor, remedy_id, ctx)
-        missing = _plan_missing(proposal)
-        if missing:
-            proposal["requires_approval"] = False
-            proposal["missing"] = missing
-            proposal["summary"] = (
-                f"advice, not queued (missing: {'; '.join(missing)}): " + proposal["summary"]
-            )
-        proposals.append(proposal)
-    # fixes in the order to apply them: reduce the peak before adding memory; drain last
-    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
-    if (root_cause == "inconclusive" or gaps) and not any(
-        p["kind"] == "collect-more" for p in proposals
-    ):
-        missing_stages = [r.id for r in gaps]
-        proposals.append(
-            {
-                "id": "collect-more-"
-                + hashlib.sha256(",".join(missing_stages).encode()).hexdigest()[:10],
-                "kind": "collect-more",
-                "requires_approval": False,
-                "summary": (
-                    "collect the evidence of: " + ", ".join(missing_stages)
-                    if missing_stages
-                    else "the findings name no cause: collect the application logs and dmesg"
-                ),
-                "params": {"stages": missing_stages},
-            }
-        )
-
-    def link(f: RuleFinding) -> typed.Finding:
-        return typed.Finding(
-            stage=f.stage,
-            finding=f.text,
-            cause=f.cause,
-            role=finding_role(f),
-            evidence=tuple(
-                typed.EvidenceRef(
-                    source=str(e.get("source") or f"stage:{f.stage}"),
-                    line=e.get("line") if isinstance(e.get("line"), int) else None,
-                    time=e.get("time") if isinstance(e.get("time"), str) else None,
-                )
-                for e in f.evidence
-            ),
-        )
+    proposals = _proposals(conductor, walked, gaps, root_cause, context)
 
     first = first_anomaly_of(ranked, cause_finding, local) if root_cause != "healthy" else None
     verdict = typed.Verdict(
@@ -430,8 +482,8 @@ def build_verdict(
         confidence=confidence,
         surfaced_as=surfaced_as,
         first_anomaly=typed.EvidenceRef.from_json(first, "first_anomaly") if first else None,
-        chain=tuple(link(f) for f in chain),
-        also_seen=tuple(link(f) for f in also_seen),
+        chain=tuple(_linked(f) for f in chain),
+        also_seen=tuple(_linked(f) for f in also_seen),
         ruled_out=tuple(typed.RuledOut(r["cause"], r["because"]) for r in ruled_out),
         stages=tuple(
             typed.StageSummary.from_json(stage_summary(conductor, s.id), s.id)

@@ -423,39 +423,49 @@ def statement(
     return line
 
 
-def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
-    """The job verdict (see the module docstring)."""
-    clocks = {r.host: NodeClock(r) for r in results}
-    swept = [r for r in results if r.verdict is not None]
+def _first_anomalies(
+    swept: Sequence[HostResult], clocks: Mapping[str, NodeClock]
+) -> dict[str, dict[str, Any]]:
+    """Each swept node's earliest cause-naming anomaly on the corrected axis, by node."""
     firsts: dict[str, dict[str, Any]] = {}
     for result in swept:
         anomalies = _cause_anomalies(result, clocks[result.host])
         if anomalies:
             firsts[result.host] = anomalies[0]
-    ordered = causal(firsts.values())
-    uncertainty = max((c.uncertainty for c in clocks.values()), default=0.0)
-    shared = shared_cause(firsts, len(swept), uncertainty)
-    table = rank_table(spec, results, clocks)
-    surfaced = _surfaced(swept, clocks)
+    return firsts
 
-    first = ordered[0] if ordered else None
-    if first is not None:
-        root_cause, scope = first["cause"], "shared" if shared else "node"
-    else:
-        causes = [r.verdict.root_cause for r in swept if r.verdict]
-        named = [c for c in causes if c not in NOT_A_CAUSE]
-        root_cause = (
-            named[0]
-            if named
-            else (
-                "healthy"
-                if swept and all(c == "healthy" for c in causes) and len(swept) == len(results)
-                else "inconclusive"
-            )
+
+def _uncorrelated_root_cause(
+    swept: Sequence[HostResult], results: Sequence[HostResult]
+) -> tuple[str, str]:
+    """(root cause, scope) when no anomaly named a cause: the first cause a node's verdict
+    names; else `healthy` when every node was reached and found healthy; else
+    `inconclusive`."""
+    causes = [r.verdict.root_cause for r in swept if r.verdict]
+    named = [c for c in causes if c not in NOT_A_CAUSE]
+    root_cause = (
+        named[0]
+        if named
+        else (
+            "healthy"
+            if swept and all(c == "healthy" for c in causes) and len(swept) == len(results)
+            else "inconclusive"
         )
-        scope = "node" if named else "none"
-    if shared:
-        root_cause = shared["cause"]
+    )
+    return root_cause, "node" if named else "none"
+
+
+def _confidence(
+    ordered: Sequence[Mapping[str, Any]],
+    root_cause: str,
+    results: Sequence[HostResult],
+    clocks: Mapping[str, NodeClock],
+    uncertainty: float,
+) -> str:
+    """`high` for a first anomaly with every node reached and every clock measured, `medium`
+    for one otherwise (or a healthy job), else `low`; `medium` at most when the two earliest
+    anomalies, on two nodes, are closer than the clocks are known."""
+    first = ordered[0] if ordered else None
     unreached = [r for r in results if r.verdict is None]
     confidence = (
         "high"
@@ -466,24 +476,37 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         margin = (ordered[1]["when"] - first["when"]).total_seconds()
         if margin < 2 * uncertainty and ordered[1]["node"] != first["node"]:
             confidence = "medium"  # the two earliest are closer than the clocks are known
+    return confidence
 
-    first_anomaly = None
-    if first is not None:
-        result = next(r for r in swept if r.host == first["node"])
-        clock = clocks[first["node"]]
-        raw = clock.node_time(first["evidence"]) if first["evidence"] else None
-        first_anomaly = {
-            **_cite(first["evidence"], ("source", "line")),
-            "node": first["node"],
-            "time": _iso(first["when"]),
-            "node_time": _iso(raw) if raw else None,
-            "offset_s": round(clock.offset, 6),
-            "uncertainty_s": round(clock.uncertainty, 6),
-            "cause": first["cause"],
-            "finding": first["finding"],
-            "text": _text_of(result, first["evidence"]),
-        }
 
+def _first_anomaly(
+    first: Mapping[str, Any] | None,
+    swept: Sequence[HostResult],
+    clocks: Mapping[str, NodeClock],
+) -> dict[str, Any] | None:
+    """The job's first anomaly: its line, on the collector's clock and on its node's."""
+    if first is None:
+        return None
+    result = next(r for r in swept if r.host == first["node"])
+    clock = clocks[first["node"]]
+    raw = clock.node_time(first["evidence"]) if first["evidence"] else None
+    return {
+        **_cite(first["evidence"], ("source", "line")),
+        "node": first["node"],
+        "time": _iso(first["when"]),
+        "node_time": _iso(raw) if raw else None,
+        "offset_s": round(clock.offset, 6),
+        "uncertainty_s": round(clock.uncertainty, 6),
+        "cause": first["cause"],
+        "finding": first["finding"],
+        "text": _text_of(result, first["evidence"]),
+    }
+
+
+def _proposals(
+    swept: Sequence[HostResult], shared: Mapping[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Every node's proposals, named by node, in the order to apply them."""
     proposals = []
     for result in swept:
         for proposal in result.verdict.proposals if result.verdict else ():
@@ -491,7 +514,11 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
                 continue  # one shared cause is not N node faults: no drain of every node
             proposals.append({**proposal.to_json(), "node": result.host})
     proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+    return proposals
 
+
+def _ruled_out(swept: Sequence[HostResult], root_cause: str) -> list[dict[str, Any]]:
+    """The causes every swept node ruled out (other than the root cause), with the nodes."""
     ruled: dict[str, dict[str, Any]] = {}
     for result in swept:
         for out in result.verdict.ruled_out if result.verdict else ():
@@ -499,6 +526,42 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
                 ruled.setdefault(out.cause, {**out.to_json(), "nodes": []})["nodes"].append(
                     result.host
                 )
+    return [v for v in ruled.values() if len(v["nodes"]) == len(swept)]
+
+
+def _chain(ordered: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The nodes' first anomalies in causal order, on the collector's clock."""
+    return [
+        {
+            "node": a["node"],
+            "stage": a["stage"],
+            "finding": a["finding"],
+            "cause": a["cause"],
+            "time": _iso(a["when"]),
+            "evidence": [_cite(a["evidence"], ("source", "line", "time"))],
+        }
+        for a in ordered
+    ]
+
+
+def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
+    """The job verdict (see the module docstring)."""
+    clocks = {r.host: NodeClock(r) for r in results}
+    swept = [r for r in results if r.verdict is not None]
+    firsts = _first_anomalies(swept, clocks)
+    ordered = causal(firsts.values())
+    uncertainty = max((c.uncertainty for c in clocks.values()), default=0.0)
+    shared = shared_cause(firsts, len(swept), uncertainty)
+    table = rank_table(spec, results, clocks)
+    surfaced = _surfaced(swept, clocks)
+
+    first = ordered[0] if ordered else None
+    if first is not None:
+        root_cause, scope = first["cause"], "shared" if shared else "node"
+    else:
+        root_cause, scope = _uncorrelated_root_cause(swept, results)
+    if shared:
+        root_cause = shared["cause"]
     return {
         "format": VERDICT_FORMAT,
         "kind": "job",
@@ -512,28 +575,18 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         "node": first["node"] if first else None,
         "root_cause": root_cause,
         "scope": scope,
-        "confidence": confidence,
+        "confidence": _confidence(ordered, root_cause, results, clocks, uncertainty),
         "surfaced_as": surfaced.get("text") or None,
         "statement": shared["summary"] if shared else statement(first, surfaced, table),
-        "first_anomaly": first_anomaly,
+        "first_anomaly": _first_anomaly(first, swept, clocks),
         "shared_cause": shared,
-        "chain": [
-            {
-                "node": a["node"],
-                "stage": a["stage"],
-                "finding": a["finding"],
-                "cause": a["cause"],
-                "time": _iso(a["when"]),
-                "evidence": [_cite(a["evidence"], ("source", "line", "time"))],
-            }
-            for a in ordered
-        ],
+        "chain": _chain(ordered),
         "nodes": [_node_row(r, clocks[r.host], firsts.get(r.host), spec) for r in results],
         "ranks": table,
         "outliers": outliers(results),
         "memory": job_memory(spec, results),
-        "ruled_out": [v for v in ruled.values() if len(v["nodes"]) == len(swept)],
-        "proposals": proposals,
+        "ruled_out": _ruled_out(swept, root_cause),
+        "proposals": _proposals(swept, shared),
         "timeline": merged_timeline(results),
     }
 

@@ -27,7 +27,7 @@ from typing import Any
 from runbook.errors import JobError
 from runbook.job.kube_pods import JobPod, layout_of, pod_facts, rank_specs
 from runbook.job.models import JobNode, JobSpec
-from runbook.sweep.inventory import InventoryError
+from runbook.sweep.inventory import HostEntry, InventoryError
 from runbook.sweep.kube import join_nodes_and_agents, kubectl_json
 
 OPERATOR_LABEL = "training.kubeflow.org/operator-name"
@@ -147,6 +147,76 @@ def _state(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _pods_by_node(
+    facts: Sequence[JobPod], kind: str, namespace: str, name: str
+) -> dict[str, list[JobPod]]:
+    """The job's pods by the node each is scheduled on, in rank order; JobError when none is
+    on a node (naming why each is not)."""
+    by_node: dict[str, list[JobPod]] = {}
+    for pod in facts:
+        if pod.node:
+            by_node.setdefault(pod.node, []).append(pod)
+    unscheduled = [
+        f"{p.name} ({p.reason or p.phase or 'not scheduled'})" for p in facts if not p.node
+    ]
+    if not by_node:
+        why = "; ".join(unscheduled) or "no pods"
+        raise JobError(f"{kind} {namespace}/{name}: no pod of the job is on a node: {why}")
+    return by_node
+
+
+def _job_nodes(
+    entries: Sequence[HostEntry], by_node: Mapping[str, Sequence[JobPod]], namespace: str
+) -> list[JobNode]:
+    """Each node's inventory entry with the runbook variables of the job's pods on it, and
+    its ranks; the nodes ordered by their first rank."""
+    nodes = []
+    for entry in entries:
+        mine = by_node[entry.name]
+        variables = {
+            **entry.variables,
+            "pod": mine[0].name,
+            "pods": [p.name for p in mine],
+            "namespace": namespace,
+            "nodes": len(by_node),
+        }
+        ranks = sorted(
+            {r for p in mine for r in p.ranks}, key=lambda r: (r is None, r if r is not None else 0)
+        )
+        nodes.append(JobNode(entry.name, replace(entry, variables=variables), tuple(ranks)))
+    nodes.sort(key=lambda n: (min(p.first_rank for p in by_node[n.name]), n.name))
+    return nodes
+
+
+def _pod_details(pod: JobPod) -> dict[str, Any]:
+    return {
+        "node": pod.node or None,
+        "role": pod.role,
+        "ranks": list(pod.ranks),
+        "phase": pod.phase,
+        "gpu_count": pod.gpu_count,
+        "restarts": pod.restarts,
+        "exit_code": pod.exit_code,
+        "reason": pod.reason,
+    }
+
+
+def _job_details(
+    job: Mapping[str, Any], selector: str, facts: Sequence[JobPod], nodes: Sequence[JobNode]
+) -> dict[str, Any]:
+    """The workload's identity and state, its pods, and which are unscheduled or on a node
+    that cannot be reached."""
+    return {
+        "apiVersion": job.get("apiVersion"),
+        "uid": (job.get("metadata") or {}).get("uid"),
+        "selector": selector,
+        **_state(job),
+        "pods": {p.name: _pod_details(p) for p in facts},
+        "unscheduled": [p.name for p in facts if not p.node],
+        "unreachable": {n.name: n.entry.problem for n in nodes if n.entry.problem},
+    }
+
+
 def job_spec_from_kube(
     kind: str,
     job: Mapping[str, Any],
@@ -169,16 +239,7 @@ def job_spec_from_kube(
         (pod_facts(p, layout, default_container=spec.container) for p in pods),
         key=lambda f: (f.first_rank, f.name),
     )
-    by_node: dict[str, list[JobPod]] = {}
-    for pod in facts:
-        if pod.node:
-            by_node.setdefault(pod.node, []).append(pod)
-    unscheduled = [
-        f"{p.name} ({p.reason or p.phase or 'not scheduled'})" for p in facts if not p.node
-    ]
-    if not by_node:
-        why = "; ".join(unscheduled) or "no pods"
-        raise JobError(f"{spec.kind} {namespace}/{name}: no pod of the job is on a node: {why}")
+    by_node = _pods_by_node(facts, spec.kind, namespace, name)
     entries = join_nodes_and_agents(
         {"items": [{"metadata": {"name": n}} for n in by_node]},
         agents,
@@ -187,49 +248,14 @@ def job_spec_from_kube(
         container=agent_container,
         context=context,
     )
-    nodes = []
-    for entry in entries:
-        mine = by_node[entry.name]
-        variables = {
-            **entry.variables,
-            "pod": mine[0].name,
-            "pods": [p.name for p in mine],
-            "namespace": namespace,
-            "nodes": len(by_node),
-        }
-        ranks = sorted(
-            {r for p in mine for r in p.ranks}, key=lambda r: (r is None, r if r is not None else 0)
-        )
-        nodes.append(JobNode(entry.name, replace(entry, variables=variables), tuple(ranks)))
-    nodes.sort(key=lambda n: (min(p.first_rank for p in by_node[n.name]), n.name))
-    details = {
-        "apiVersion": job.get("apiVersion"),
-        "uid": meta.get("uid"),
-        "selector": selector,
-        **_state(job),
-        "pods": {
-            p.name: {
-                "node": p.node or None,
-                "role": p.role,
-                "ranks": list(p.ranks),
-                "phase": p.phase,
-                "gpu_count": p.gpu_count,
-                "restarts": p.restarts,
-                "exit_code": p.exit_code,
-                "reason": p.reason,
-            }
-            for p in facts
-        },
-        "unscheduled": [p.name for p in facts if not p.node],
-        "unreachable": {n.name: n.entry.problem for n in nodes if n.entry.problem},
-    }
+    nodes = _job_nodes(entries, by_node, namespace)
     return JobSpec(
         kind=spec.kind,
         name=name,
         namespace=namespace,
         nodes=tuple(nodes),
         ranks=rank_specs(facts, namespace),
-        details=details,
+        details=_job_details(job, selector, facts, nodes),
     )
 
 

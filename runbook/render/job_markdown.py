@@ -21,19 +21,19 @@ def _gib(value: Any) -> str:
 
 
 def _exit(row: Mapping[str, Any]) -> str:
-    ex = row.get("exit")
-    if not ex:
+    exit_info = row.get("exit")
+    if not exit_info:
         return "–"
     parts = []
-    if ex.get("code") is not None:
-        parts.append(f"code {ex['code']}")
-    if ex.get("signal"):
-        parts.append(f"signal {ex['signal']}")
-    if ex.get("oom_killed"):
+    if exit_info.get("code") is not None:
+        parts.append(f"code {exit_info['code']}")
+    if exit_info.get("signal"):
+        parts.append(f"signal {exit_info['signal']}")
+    if exit_info.get("oom_killed"):
         parts.append("OOMKilled")
-    if ex.get("inferred"):
+    if exit_info.get("inferred"):
         parts.append("(inferred)")
-    return ", ".join(parts) or _cell(ex.get("reason"))
+    return ", ".join(parts) or _cell(exit_info.get("reason"))
 
 
 def _offset(clock: Mapping[str, Any] | None) -> str:
@@ -51,7 +51,8 @@ def _how(row: Mapping[str, Any]) -> str:
     return _cell(row.get("method"))
 
 
-def job_markdown(verdict: Mapping[str, Any]) -> str:
+def _conclusion(verdict: Mapping[str, Any]) -> list[str]:
+    """The title, the statement, how the job surfaced, and its first anomaly."""
     job = verdict.get("job") or {}
     out = [f"# Job {job.get('ref')}: {verdict.get('root_cause')} ({verdict.get('confidence')})", ""]
     out += [f"**{_cell(verdict.get('statement'), 400)}**", ""]
@@ -66,115 +67,178 @@ def job_markdown(verdict: Mapping[str, Any]) -> str:
             f"{_cell(first.get('text'), 200)}",
             "",
         ]
+    return out
+
+
+def _shared_cause(verdict: Mapping[str, Any]) -> list[str]:
     shared = verdict.get("shared_cause")
-    if shared:
-        out += [
-            "## Shared cause",
-            "",
-            _cell(shared.get("summary"), 400),
-            "",
-            "Nodes: " + ", ".join(shared.get("nodes") or []),
-            "",
-        ]
+    if not shared:
+        return []
+    return [
+        "## Shared cause",
+        "",
+        _cell(shared.get("summary"), 400),
+        "",
+        "Nodes: " + ", ".join(shared.get("nodes") or []),
+        "",
+    ]
+
+
+def _chain(verdict: Mapping[str, Any]) -> list[str]:
     chain: Sequence[Mapping[str, Any]] = verdict.get("chain") or []
-    if chain:
-        out += ["## Evidence chain (earliest first, corrected clocks)", ""]
-        out += [
-            f"{i}. {c.get('time')} {c.get('node')} [{c.get('cause')}] "
-            f"{_cell(c.get('finding'), 200)}"
-            for i, c in enumerate(chain, 1)
-        ]
-        out.append("")
+    if not chain:
+        return []
+    out = ["## Evidence chain (earliest first, corrected clocks)", ""]
     out += [
+        f"{i}. {link.get('time')} {link.get('node')} [{link.get('cause')}] "
+        f"{_cell(link.get('finding'), 200)}"
+        for i, link in enumerate(chain, 1)
+    ]
+    out.append("")
+    return out
+
+
+def _nodes(verdict: Mapping[str, Any]) -> list[str]:
+    out = [
         "## Nodes",
         "",
         "| node | status | root cause | GPUs | clock offset | first anomaly |",
         "|---|---|---|---|---|---|",
     ]
     for node in verdict.get("nodes") or []:
-        fa = node.get("first_anomaly") or {}
+        first = node.get("first_anomaly") or {}
         out.append(
             f"| {_cell(node.get('node'))} | {node.get('status')} | "
             f"{node.get('root_cause') or _cell(node.get('error'), 60)} | "
             f"{','.join(node.get('gpus') or []) or '–'} | {_offset(node.get('clock'))} | "
-            f"{fa.get('time', '–')} {fa.get('source', '')}:{fa.get('line', '')} |"
+            f"{first.get('time', '–')} {first.get('source', '')}:{first.get('line', '')} |"
         )
     out.append("")
-    out += [
+    return out
+
+
+def _ranks(verdict: Mapping[str, Any]) -> list[str]:
+    out = [
         "## Ranks",
         "",
         "| rank | node | GPUs | pod | start | first error | exit |",
         "|---|---|---|---|---|---|---|",
     ]
     for row in verdict.get("ranks") or []:
-        err = row.get("first_error") or {}
+        error = row.get("first_error") or {}
         out.append(
             f"| {row.get('rank')} | {_cell(row.get('node'))} | "
             f"{','.join(row.get('gpus') or []) or '–'} | {_cell(row.get('pod')) or '–'} | "
             f"{row.get('start') or '–'} | "
-            f"{(err.get('time') or '') + ' ' + _cell(err.get('text'), 80) if err else '–'}"
+            f"{(error.get('time') or '') + ' ' + _cell(error.get('text'), 80) if error else '–'}"
             f" | {_exit(row)} |"
         )
     out.append("")
-    if verdict.get("outliers"):
-        out += (
-            ["## Outliers", ""]
-            + [f"- {_cell(o.get('summary'), 200)}" for o in verdict["outliers"]]
-            + [""]
-        )
+    return out
+
+
+def _outliers(verdict: Mapping[str, Any]) -> list[str]:
+    if not verdict.get("outliers"):
+        return []
+    return (
+        ["## Outliers", ""]
+        + [f"- {_cell(outlier.get('summary'), 200)}" for outlier in verdict["outliers"]]
+        + [""]
+    )
+
+
+def _host_memory(verdict: Mapping[str, Any]) -> list[str]:
     memory = verdict.get("memory") or {}
-    if memory.get("nodes"):
+    if not memory.get("nodes"):
+        return []
+    out = [
+        "## Host memory",
+        "",
+        "| node | ranks | peak | limit | per rank | at limit | per rank from |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in memory["nodes"]:
+        out.append(
+            f"| {_cell(row['node'])} | {row.get('ranks') or '–'} | "
+            f"{_gib(row.get('peak_bytes'))} | {_gib(row.get('limit_bytes'))} | "
+            f"{_gib(row.get('per_rank_bytes'))} | "
+            f"{'yes' if row.get('at_limit') else 'no'} | {_how(row)} |"
+        )
+    if memory.get("estimate_bytes"):
         out += [
-            "## Host memory",
             "",
-            "| node | ranks | peak | limit | per rank | at limit | per rank from |",
-            "|---|---|---|---|---|---|---|",
+            f"Per-rank cost × ranks: {_gib(memory.get('per_rank_max_bytes'))} × "
+            f"{memory.get('ranks')} = {_gib(memory.get('estimate_bytes'))} "
+            f"(the job's measured peak, summed over nodes: "
+            f"{_gib(memory.get('job_peak_bytes'))})",
         ]
-        for row in memory["nodes"]:
-            out.append(
-                f"| {_cell(row['node'])} | {row.get('ranks') or '–'} | "
-                f"{_gib(row.get('peak_bytes'))} | {_gib(row.get('limit_bytes'))} | "
-                f"{_gib(row.get('per_rank_bytes'))} | "
-                f"{'yes' if row.get('at_limit') else 'no'} | {_how(row)} |"
-            )
-        if memory.get("estimate_bytes"):
-            out += [
-                "",
-                f"Per-rank cost × ranks: {_gib(memory.get('per_rank_max_bytes'))} × "
-                f"{memory.get('ranks')} = {_gib(memory.get('estimate_bytes'))} "
-                f"(the job's measured peak, summed over nodes: "
-                f"{_gib(memory.get('job_peak_bytes'))})",
-            ]
-        out.append("")
-    if verdict.get("ruled_out"):
-        out += (
-            ["## Ruled out", ""]
-            + [f"- {o.get('cause')}: {_cell(o.get('because'), 200)}" for o in verdict["ruled_out"]]
-            + [""]
-        )
-    if verdict.get("proposals"):
-        out += (
-            ["## Fixes, in order", ""]
-            + [
-                f"- {p.get('node')}: {p.get('kind')}: {_cell(p.get('summary'), 200)}"
-                for p in verdict["proposals"]
-            ]
-            + [""]
-        )
+    out.append("")
+    return out
+
+
+def _ruled_out(verdict: Mapping[str, Any]) -> list[str]:
+    if not verdict.get("ruled_out"):
+        return []
+    return (
+        ["## Ruled out", ""]
+        + [
+            f"- {ruled.get('cause')}: {_cell(ruled.get('because'), 200)}"
+            for ruled in verdict["ruled_out"]
+        ]
+        + [""]
+    )
+
+
+def _fixes(verdict: Mapping[str, Any]) -> list[str]:
+    if not verdict.get("proposals"):
+        return []
+    return (
+        ["## Fixes, in order", ""]
+        + [
+            f"- {fix.get('node')}: {fix.get('kind')}: {_cell(fix.get('summary'), 200)}"
+            for fix in verdict["proposals"]
+        ]
+        + [""]
+    )
+
+
+def _timeline(verdict: Mapping[str, Any]) -> list[str]:
+    """The cross-node timeline's anomalies (every entry when none is one), the first
+    TIMELINE_ROWS."""
     timeline = verdict.get("timeline") or []
-    if timeline:
-        shown = [e for e in timeline if e.get("anomaly")] or timeline
-        shown = shown[:TIMELINE_ROWS]
-        out += [
-            "## Cross-node timeline (collector's clock; anomalies)",
-            "",
-            "| time | node | node's clock | source | text |",
-            "|---|---|---|---|---|",
-        ]
-        for e in shown:
-            out.append(
-                f"| {e.get('time')} | {_cell(e.get('node'))} | {e.get('node_time')} | "
-                f"{e.get('source')}:{e.get('line')} | {_cell(e.get('text'), 100)} |"
-            )
-        out.append("")
-    return "\n".join(out)
+    if not timeline:
+        return []
+    shown = [entry for entry in timeline if entry.get("anomaly")] or timeline
+    shown = shown[:TIMELINE_ROWS]
+    out = [
+        "## Cross-node timeline (collector's clock; anomalies)",
+        "",
+        "| time | node | node's clock | source | text |",
+        "|---|---|---|---|---|",
+    ]
+    for entry in shown:
+        out.append(
+            f"| {entry.get('time')} | {_cell(entry.get('node'))} | {entry.get('node_time')} | "
+            f"{entry.get('source')}:{entry.get('line')} | {_cell(entry.get('text'), 100)} |"
+        )
+    out.append("")
+    return out
+
+
+#: the report's sections, in order
+SECTIONS = (
+    _conclusion,
+    _shared_cause,
+    _chain,
+    _nodes,
+    _ranks,
+    _outliers,
+    _host_memory,
+    _ruled_out,
+    _fixes,
+    _timeline,
+)
+
+
+def job_markdown(verdict: Mapping[str, Any]) -> str:
+    return "\n".join(line for section in SECTIONS for line in section(verdict))

@@ -146,22 +146,22 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
     ) -> None:
         name = self.address.known_hosts_name
-        fp = fingerprint(key)
+        offered = fingerprint(key)
         if self.known is not None and self.known.is_revoked(key):
             raise HostKeyError(
-                f"{self.address}: host key {key.get_name()} {fp} is marked @revoked in "
+                f"{self.address}: host key {key.get_name()} {offered} is marked @revoked in "
                 f"{self.options.known_hosts}; refusing",
                 host=name,
-                fingerprint=fp,
+                fingerprint=offered,
             )
-        if self._certified(key, fp):
+        if self._certified(key, offered):
             return
         if not self.options.accept_new_host_keys:
             raise HostKeyError(
-                f"{self.address}: host key {key.get_name()} {fp} is not in "
+                f"{self.address}: host key {key.get_name()} {offered} is not in "
                 f"{self.options.known_hosts}; check it and re-run with --accept-new-host-keys",
                 host=name,
-                fingerprint=fp,
+                fingerprint=offered,
             )
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = self.options.known_hosts
@@ -169,9 +169,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         with path.open("a", encoding="ascii") as handle:
             handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
         path.chmod(0o600)
-        log.info("added host key %s %s for %s to %s", key.get_name(), fp, name, path)
+        log.info("added host key %s %s for %s to %s", key.get_name(), offered, name, path)
 
-    def _certified(self, key: paramiko.PKey, fp: str) -> bool:
+    def _certified(self, key: paramiko.PKey, offered: str) -> bool:
         """True when the server presented a host certificate that a `@cert-authority` line
         for this host vouches for; HostKeyError when such a CA exists and the certificate is
         bad (never overridden by --accept-new-host-keys); False when no CA line matches the
@@ -193,10 +193,10 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             )
         except host_cert.CertificateError as exc:
             raise HostKeyError(
-                f"{self.address}: host certificate refused: {exc} ({key.get_name()} {fp}, "
+                f"{self.address}: host certificate refused: {exc} ({key.get_name()} {offered}, "
                 f"CA from {self.options.known_hosts})",
                 host=self.address.known_hosts_name,
-                fingerprint=fp,
+                fingerprint=offered,
             ) from None
         log.info(
             "%s: host certificate %r (serial %d) signed by a trusted CA",
@@ -220,26 +220,89 @@ class _CertificateFirst(paramiko.Transport):
         )
 
 
+def _trust_known_hosts(
+    client: paramiko.SSHClient, address: SSHAddress, options: SSHOptions
+) -> tuple[KnownHostsFile | None, type[paramiko.Transport] | None]:
+    """(known_hosts, transport factory): the keys known_hosts lists for the host added to the
+    client's; with none but a CA that vouches for the host, a transport that asks for its
+    certificate first. (None, None) when there is no known_hosts file."""
+    if not options.known_hosts.exists():
+        return None, None
+    try:
+        known = known_hosts.read(options.known_hosts)
+    except OSError as exc:
+        raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
+    # the keys listed for the name looked up (HostKeyAlias or host[:port], hashed or
+    # not), filed under the name paramiko will ask for (the address it connects to)
+    asked = address.host if address.port == 22 else f"[{address.host}]:{address.port}"
+    found = known.keys.lookup(address.known_hosts_name)
+    if found:
+        for keytype in found:
+            client.get_host_keys().add(asked, keytype, found[keytype])
+    elif known.authorities_for(address.known_hosts_name):
+        return known, _CertificateFirst
+    return known, None
+
+
+#: what a failed connect raises, other than a refused host key (HostKeyError)
+_CONNECT_FAILURES: tuple[type[BaseException], ...] = (
+    paramiko.BadHostKeyException,
+    paramiko.AuthenticationException,
+    socket.gaierror,
+    TimeoutError,
+    paramiko.ssh_exception.NoValidConnectionsError,
+    OSError,
+    paramiko.SSHException,
+    EOFError,
+)
+
+
+def _connect_failure(
+    exc: BaseException,
+    address: SSHAddress,
+    options: SSHOptions,
+    *,
+    spoke: bool,
+    waited_s: float,
+) -> HostKeyError | AuthenticationError | UnreachableError:
+    """The error a failed connect is reported as; `spoke`: the server sent its SSH version,
+    `waited_s`: how long the connect took."""
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return HostKeyError(
+            f"{address}: host key CHANGED: known_hosts has {fingerprint(exc.expected_key)}, "
+            f"the server offers {exc.key.get_name()} {fingerprint(exc.key)}; refusing "
+            f"(if the host was rebuilt, remove its line from {options.known_hosts})",
+            host=address.host,
+            fingerprint=fingerprint(exc.key),
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        return AuthenticationError(f"{address}: authentication failed ({exc})")
+    if isinstance(exc, socket.gaierror):
+        return UnreachableError(f"{address}: cannot resolve {address.host}: {exc.strerror}")
+    if isinstance(exc, TimeoutError):
+        return UnreachableError(
+            f"{address}: timed out after {options.connect_timeout:g}s connecting"
+        )
+    if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError):
+        reasons = "; ".join(
+            sorted({getattr(e, "strerror", None) or str(e) for e in exc.errors.values()})
+        )
+        return UnreachableError(f"{address}: cannot connect: {reasons}")
+    if waited_s >= options.connect_timeout:
+        # paramiko gives up negotiating at the timeout and then fails on "No existing
+        # session": say what the server did not do
+        waited = "the SSH handshake" if spoke else "an SSH banner (the port accepts TCP)"
+        return UnreachableError(
+            f"{address}: timed out after {options.connect_timeout:g}s waiting for {waited}"
+        )
+    return UnreachableError(f"{address}: {exc or type(exc).__name__}")
+
+
 def _connect(
     address: SSHAddress, options: SSHOptions, sock: paramiko.Channel | None = None
 ) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
-    known = None
-    factory: type[paramiko.Transport] | None = None
-    if options.known_hosts.exists():
-        try:
-            known = known_hosts.read(options.known_hosts)
-        except OSError as exc:
-            raise UsageError(f"cannot read known_hosts {options.known_hosts}: {exc}") from exc
-        # the keys listed for the name looked up (HostKeyAlias or host[:port], hashed or
-        # not), filed under the name paramiko will ask for (the address it connects to)
-        asked = address.host if address.port == 22 else f"[{address.host}]:{address.port}"
-        found = known.keys.lookup(address.known_hosts_name)
-        if found:
-            for keytype in found:
-                client.get_host_keys().add(asked, keytype, found[keytype])
-        elif known.authorities_for(address.known_hosts_name):
-            factory = _CertificateFirst
+    known, factory = _trust_known_hosts(client, address, options)
     client.set_missing_host_key_policy(_HostKeyPolicy(options, address, known))
     started = time.monotonic()
     try:
@@ -261,45 +324,12 @@ def _connect(
     except HostKeyError:
         client.close()
         raise
-    except paramiko.BadHostKeyException as exc:
-        client.close()
-        raise HostKeyError(
-            f"{address}: host key CHANGED: known_hosts has {fingerprint(exc.expected_key)}, "
-            f"the server offers {exc.key.get_name()} {fingerprint(exc.key)}; refusing "
-            f"(if the host was rebuilt, remove its line from {options.known_hosts})",
-            host=address.host,
-            fingerprint=fingerprint(exc.key),
-        ) from None
-    except paramiko.AuthenticationException as exc:
-        client.close()
-        raise AuthenticationError(f"{address}: authentication failed ({exc})") from None
-    except socket.gaierror as exc:
-        client.close()
-        raise UnreachableError(
-            f"{address}: cannot resolve {address.host}: {exc.strerror}"
-        ) from None
-    except TimeoutError:
-        client.close()
-        raise UnreachableError(
-            f"{address}: timed out after {options.connect_timeout:g}s connecting"
-        ) from None
-    except paramiko.ssh_exception.NoValidConnectionsError as exc:
-        client.close()
-        reasons = "; ".join(
-            sorted({getattr(e, "strerror", None) or str(e) for e in exc.errors.values()})
-        )
-        raise UnreachableError(f"{address}: cannot connect: {reasons}") from None
-    except (OSError, paramiko.SSHException, EOFError) as exc:
+    except _CONNECT_FAILURES as exc:
         spoke = bool(getattr(client.get_transport(), "remote_version", ""))
         client.close()
-        if time.monotonic() - started >= options.connect_timeout:
-            # paramiko gives up negotiating at the timeout and then fails on "No existing
-            # session": say what the server did not do
-            waited = "the SSH handshake" if spoke else "an SSH banner (the port accepts TCP)"
-            raise UnreachableError(
-                f"{address}: timed out after {options.connect_timeout:g}s waiting for {waited}"
-            ) from None
-        raise UnreachableError(f"{address}: {exc or type(exc).__name__}") from None
+        raise _connect_failure(
+            exc, address, options, spoke=spoke, waited_s=time.monotonic() - started
+        ) from None
     transport = client.get_transport()
     if transport is not None:
         transport.set_keepalive(15)

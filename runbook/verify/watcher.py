@@ -95,7 +95,7 @@ class Cgroup:
 
     def files(self) -> dict[str, str]:
         names = V2_FILES if self.version == 2 else V1_FILES
-        return {n: t for n in names if (t := self.file(n)) is not None}
+        return {name: text for name in names if (text := self.file(name)) is not None}
 
     def limit(self) -> int | None:
         return number(self.file("memory.max" if self.version == 2 else "memory.limit_in_bytes"))
@@ -124,11 +124,11 @@ class Cgroup:
 
     def pids(self) -> list[int]:
         text = self.file("cgroup.procs") or ""
-        return sorted({int(p) for p in text.split() if p.isdigit()})
+        return sorted({int(pid) for pid in text.split() if pid.isdigit()})
 
     def children(self) -> list[str]:
         try:
-            return sorted(e.name for e in os.scandir(self.path) if e.is_dir())
+            return sorted(entry.name for entry in os.scandir(self.path) if entry.is_dir())
         except OSError:
             return []
 
@@ -136,17 +136,17 @@ class Cgroup:
 class Peak:
     """v1: the kernel's max_usage, reset to the current usage; v2: an fd-local memory.peak."""
 
-    def __init__(self, cg: Cgroup) -> None:
-        self.cg = cg
+    def __init__(self, cgroup: Cgroup) -> None:
+        self.cgroup = cgroup
         self.reset = False
         self.handle: IO[str] | None = None
         try:
-            if cg.version == 1:
-                with open(os.path.join(cg.path, "memory.max_usage_in_bytes"), "w") as h:
-                    h.write("0")
+            if cgroup.version == 1:
+                with open(os.path.join(cgroup.path, "memory.max_usage_in_bytes"), "w") as out:
+                    out.write("0")
                 self.reset = True
             else:
-                self.handle = open(os.path.join(cg.path, "memory.peak"), "r+")
+                self.handle = open(os.path.join(cgroup.path, "memory.peak"), "r+")
                 self.handle.write("reset\n")
                 self.handle.flush()
                 self.reset = True
@@ -154,25 +154,25 @@ class Peak:
             self.reset = False
 
     def value(self) -> int | None:
-        if self.cg.version == 1:
-            return number(self.cg.file("memory.max_usage_in_bytes"))
+        if self.cgroup.version == 1:
+            return number(self.cgroup.file("memory.max_usage_in_bytes"))
         if self.handle is not None:
             try:
                 self.handle.seek(0)
                 return number(self.handle.read())
             except OSError:
                 return None
-        return number(self.cg.file("memory.peak"))
+        return number(self.cgroup.file("memory.peak"))
 
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
 
 
-def processes(cg: Cgroup) -> dict[str, dict[str, str]]:
+def processes(cgroup: Cgroup) -> dict[str, dict[str, str]]:
     statuses: dict[str, str] = {}
     rollups: dict[str, str] = {}
-    for pid in cg.pids():
+    for pid in cgroup.pids():
         status = read(f"/proc/{pid}/status")
         if status is None:
             continue
@@ -193,24 +193,24 @@ def hwm_of(status: str) -> int | None:
     return int(match.group(1)) * 1024 if match else None
 
 
-def signal_all(cg: Cgroup, sig: int) -> None:
-    for pid in cg.pids():
+def signal_all(cgroup: Cgroup, sig: int) -> None:
+    for pid in cgroup.pids():
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
             pass
 
 
-def kill_all(cg: Cgroup, timeout: float = 10.0) -> bool:
+def kill_all(cgroup: Cgroup, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
-    while cg.pids():
-        if cg.version == 2 and os.path.exists(os.path.join(cg.path, "cgroup.kill")):
+    while cgroup.pids():
+        if cgroup.version == 2 and os.path.exists(os.path.join(cgroup.path, "cgroup.kill")):
             try:
-                with open(os.path.join(cg.path, "cgroup.kill"), "w") as h:
-                    h.write("1")
+                with open(os.path.join(cgroup.path, "cgroup.kill"), "w") as handle:
+                    handle.write("1")
             except OSError:
                 pass
-        signal_all(cg, signal.SIGKILL)
+        signal_all(cgroup, signal.SIGKILL)
         if time.monotonic() > deadline:
             return False
         time.sleep(0.02)
@@ -251,184 +251,294 @@ def run(args: dict[str, Any]) -> int:
     headroom = int(args.get("headroom_bytes") or 0) or int(
         limit * float(args["headroom_pct"]) / 100)
     name = str(args.get("container") or "runbook-replay")
-    cg = Cgroup(os.path.join(pod_path, name), version)
-    if os.path.isdir(cg.path) and not rmdir(cg.path, 0.5):
-        return fail(f"{cg.path} exists and is busy: is another replay running?")
+    replay = Cgroup(os.path.join(pod_path, name), version)
+    if os.path.isdir(replay.path) and not rmdir(replay.path, 0.5):
+        return fail(f"{replay.path} exists and is busy: is another replay running?")
     before = pod.files()
     counters_before = pod.counters()
-    os.mkdir(cg.path)
+    os.mkdir(replay.path)
     try:
-        return _stage(args, pod, cg, name, limit, headroom, before, counters_before)
+        return _stage(args, pod, replay, name, limit, headroom, before, counters_before)
     finally:
-        kill_all(cg)
-        rmdir(cg.path)
+        kill_all(replay)
+        rmdir(replay.path)
 
 
-def set_guard(cg: Cgroup, guard: int) -> bool:
+def set_guard(cgroup: Cgroup, guard: int) -> bool:
     """The replay container's own bound, halfway into the headroom: v1 a limit with the OOM
     killer disabled for this cgroup only (at the bound its tasks wait, killable, instead of
     being killed), v2 memory.high (above it the kernel throttles their allocations). Either
     way growth stalls there until the watcher kills the stage, even if it is starved of CPU."""
     try:
-        if cg.version == 1:
-            with open(os.path.join(cg.path, "memory.limit_in_bytes"), "w") as h:
-                h.write(str(guard))
-            with open(os.path.join(cg.path, "memory.oom_control"), "w") as h:
-                h.write("1")
+        if cgroup.version == 1:
+            with open(os.path.join(cgroup.path, "memory.limit_in_bytes"), "w") as handle:
+                handle.write(str(guard))
+            with open(os.path.join(cgroup.path, "memory.oom_control"), "w") as handle:
+                handle.write("1")
         else:
-            with open(os.path.join(cg.path, "memory.high"), "w") as h:
-                h.write(str(guard))
+            with open(os.path.join(cgroup.path, "memory.high"), "w") as handle:
+                handle.write(str(guard))
         return True
     except OSError:
         return False
 
 
-def at_guard(cg: Cgroup, high_before: int) -> bool:
-    if cg.version == 1:
-        return keyed(cg.file("memory.oom_control")).get("under_oom", 0) > 0
-    return keyed(cg.file("memory.events")).get("high", 0) > high_before
+def at_guard(cgroup: Cgroup, high_before: int) -> bool:
+    if cgroup.version == 1:
+        return keyed(cgroup.file("memory.oom_control")).get("under_oom", 0) > 0
+    return keyed(cgroup.file("memory.events")).get("high", 0) > high_before
 
 
-def _stage(args: dict[str, Any], pod: Cgroup, cg: Cgroup, name: str, limit: int, headroom: int,
-           before: dict[str, str], counters_before: dict[str, int]) -> int:
-    pod_path, version = pod.path, pod.version
+def reset_peaks(pod: Cgroup) -> dict[str, Peak]:
+    """The peaks of the pod (under ``""``) and of each of its containers, reset where the
+    kernel allows, so the stage has its own."""
+    peaks = {"": Peak(pod)}
+    for child in pod.children():
+        peaks[child] = Peak(Cgroup(os.path.join(pod.path, child), pod.version))
+    return peaks
+
+
+def command_env(args: dict[str, Any]) -> dict[str, str]:
+    """The watcher's environment with the stage's own variables on top."""
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
+    return env
+
+
+class Output:
+    """The stage command's output, read line by line on a thread of its own: the last
+    ``output_lines`` lines, and the first line matching ``collective_pattern``, dated in
+    seconds since the stage started."""
+
+    def __init__(self, args: dict[str, Any]) -> None:
+        self.pattern = re.compile(str(args.get("collective_pattern") or r"(?!)"))
+        self.tail: collections.deque[str] = collections.deque(
+            maxlen=int(args.get("output_lines") or 40))
+        self.first: dict[str, Any] = {}
+        self.thread: threading.Thread | None = None
+
+    def follow(self, stream: IO[bytes], started: float) -> None:
+        self.thread = threading.Thread(target=self._read, args=(stream, started), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream: IO[bytes], started: float) -> None:
+        for raw in stream:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.tail.append(line)
+            if not self.first and self.pattern.search(line):
+                self.first.update(at_s=round(time.monotonic() - started, 3), line=line[:300])
+
+    def join(self, timeout: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+
+def start_command(args: dict[str, Any], replay: Cgroup,
+                  env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The stage's command, started in the replay container: the child joins it before it
+    execs, so nothing it ever touches is charged elsewhere."""
+    procs_file = os.path.join(replay.path, "cgroup.procs")
+
+    def join_cgroup() -> None:
+        with open(procs_file, "w") as handle:
+            handle.write(str(os.getpid()))
+
+    return subprocess.Popen(
+        ["sh", "-c", str(args["command"])], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, env=env, preexec_fn=join_cgroup, start_new_session=True,
+    )
+
+
+def end_command(replay: Cgroup, proc: subprocess.Popen[bytes], output: Output) -> None:
+    """Whatever is left of the stage killed and reaped, and its output read to the end."""
+    kill_all(replay)
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    output.join(2)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def hold_stopped(replay: Cgroup, proc: subprocess.Popen[bytes]) -> int | None:
+    """A stage still running at ``duration_s``: SIGTERM, and its exit status within 5 s."""
+    signal_all(replay, signal.SIGTERM)
+    try:
+        return proc.wait(5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+class Highs:
+    """The stage's highest working set and usage so far, and when the processes are due a
+    snapshot at the latest peak: at once when the working set grew by a step (1 % of the limit,
+    at least 4 MiB) since the last snapshot, else within ``sample_s`` while still above it."""
+
+    def __init__(self, limit: int, sample_every: float) -> None:
+        self.working_set, self.usage, self.at = 0, 0, 0.0
+        self.sample_every = sample_every
+        self.step = max(4 << 20, limit // 100)
+        #: a new peak not snapshotted yet, and the working set at the last snapshot
+        self.pending = False
+        self.snapshot_working_set = 0
+
+    def observe(self, now: float, working_set: int, usage: int) -> None:
+        if usage > self.usage:
+            self.usage = usage
+        if working_set > self.working_set:
+            self.working_set, self.at = working_set, now
+            self.pending = True
+
+    def include(self, working_set: int, usage: int) -> None:
+        """Figures read after the stage was stopped: they raise the highs, not their time."""
+        self.working_set, self.usage = max(self.working_set, working_set), max(self.usage, usage)
+
+    def snapshot_due(self, now: float, working_set: int, last_snapshot: float) -> bool:
+        return self.pending and (working_set >= self.snapshot_working_set + self.step or (
+            now - last_snapshot >= self.sample_every
+            and working_set > self.snapshot_working_set))
+
+    def snapshotted(self, working_set: int) -> None:
+        self.snapshot_working_set, self.pending = working_set, False
+
+
+class Snapshots:
+    """The pod's processes as they were at the stage's peaks: the latest snapshot (each
+    container's ``memory.stat`` and usage, each process's status and ``smaps_rollup``), each
+    process's high-water mark, and the roster."""
+
+    def __init__(self, pod: Cgroup) -> None:
+        self.pod = pod
+        self.latest: dict[str, Any] = {}
+        self.taken_at = -1.0
+        #: pid → the largest VmHWM seen
+        self.hwm: dict[str, int] = {}
+        #: container → pid → of every process seen during the stage, its status at its largest
+        self.roster: dict[str, dict[str, str]] = {}
+
+    def take(self, now: float, working_set: int, usage: int, stat_text: str) -> None:
+        containers: dict[str, Any] = {}
+        for child in self.pod.children():
+            container = Cgroup(os.path.join(self.pod.path, child), self.pod.version)
+            container_stat, _ = container.stat()
+            containers[child] = {"usage_bytes": container.usage(), "stat": container_stat,
+                                 "processes": processes(container)}
+            self._remember(child, containers[child]["processes"]["statuses"])
+        self.latest = {"at_s": round(now, 3), "working_set_bytes": working_set,
+                       "usage_bytes": usage, "stat": stat_text, "containers": containers}
+        self.taken_at = now
+
+    def _remember(self, child: str, statuses: dict[str, str]) -> None:
+        """Each process's high-water mark, and its status in the roster if it is its largest."""
+        for pid, status in statuses.items():
+            value = hwm_of(status)
+            if value is not None:
+                self.hwm[pid] = max(self.hwm.get(pid, 0), value)
+            seen = self.roster.setdefault(child, {})
+            if pid not in seen or rss_of(status) >= rss_of(seen[pid]):
+                seen[pid] = status
+
+
+class Watch:
+    """The pod watched every ``poll_s`` while the stage's command runs, until it ends one of
+    four ways: stopped at the headroom (the working set at the stop line, or the replay
+    container at its guard), completed, failed, or held past ``duration_s``."""
+
+    def __init__(self, args: dict[str, Any], pod: Cgroup, replay: Cgroup, limit: int,
+                 stop_at: int, guarded: bool, high_before: int, started: float) -> None:
+        self.pod, self.replay = pod, replay
+        self.stop_at, self.guarded, self.high_before = stop_at, guarded, high_before
+        self.started = started
+        self.poll = float(args.get("poll_s") or 0.02)
+        self.highs = Highs(limit, float(args.get("sample_s") or 0.1))
+        self.duration = float(args.get("duration_s") or 300)
+        self.snapshots = Snapshots(pod)
+        self.guard_hit = False
+
+    def until_done(self, proc: subprocess.Popen[bytes]) -> tuple[str, int | None]:
+        """The stage's outcome and exit status."""
+        while True:
+            now = time.monotonic() - self.started
+            working_set, usage, stat_text = self.pod.working_set()
+            self.highs.observe(now, working_set, usage)
+            # the processes as they are at the latest peak: at once when it grew by a step
+            # since the last snapshot, else within sample_s while the working set is still at
+            # the peak
+            if self.highs.snapshot_due(now, working_set, self.snapshots.taken_at):
+                self.snapshots.take(now, working_set, usage, stat_text)
+                self.highs.snapshotted(working_set)
+            hit_guard = self.guarded and at_guard(self.replay, self.high_before)
+            if working_set >= self.stop_at or hit_guard:
+                self.stop_at_headroom()
+                self.guard_hit = hit_guard
+                return "stopped-at-headroom", None
+            code = proc.poll()
+            if code is not None:
+                return ("completed" if code == 0 else "failed"), code
+            if now >= self.duration:
+                self.snapshots.take(now, working_set, usage, stat_text)
+                return "held", hold_stopped(self.replay, proc)
+            time.sleep(self.poll)
+
+    def stop_at_headroom(self) -> None:
+        """The stage's processes stopped (SIGSTOP, so nothing grows while they are measured),
+        snapshotted, and killed."""
+        signal_all(self.replay, signal.SIGSTOP)
+        working_set, usage, stat_text = self.pod.working_set()
+        self.highs.include(working_set, usage)
+        self.snapshots.take(time.monotonic() - self.started, working_set, usage, stat_text)
+        kill_all(self.replay)
+
+
+def container_peaks(pod: Cgroup, peaks: dict[str, Peak], name: str) -> dict[str, Any]:
+    """Every container's peak during the stage (the kernel's own for one that appeared
+    meanwhile) and files; the replay container's peak is its own from the start."""
+    containers: dict[str, Any] = {}
+    for child in pod.children():
+        container = Cgroup(os.path.join(pod.path, child), pod.version)
+        peak = peaks.get(child)
+        fresh = number(container.file(
+            "memory.peak" if pod.version == 2 else "memory.max_usage_in_bytes"))
+        containers[child] = {
+            "peak_bytes": peak.value() if peak is not None else fresh,
+            "peak_reset": bool(peak and peak.reset) or child == name,
+            "files": container.files(),
+        }
+    return containers
+
+
+def _stage(args: dict[str, Any], pod: Cgroup, replay: Cgroup, name: str, limit: int,
+           headroom: int, before: dict[str, str], counters_before: dict[str, int]) -> int:
     stop_at = limit - headroom
     outside = pod.usage()
     guard = limit - headroom // 2 - outside
     if guard <= 0:
         return fail(f"the pod already uses {outside} of its {limit} bytes: nothing is left "
                     "for the replay under the headroom")
-    guarded = set_guard(cg, guard)
-    high_before = keyed(cg.file("memory.events")).get("high", 0) if version == 2 else 0
-    peaks = {"": Peak(pod)}
-    for child in pod.children():
-        peaks[child] = Peak(Cgroup(os.path.join(pod_path, child), version))
-    env = dict(os.environ)
-    env.update({str(k): str(v) for k, v in (args.get("env") or {}).items()})
-    pattern = re.compile(str(args.get("collective_pattern") or r"(?!)"))
-    tail: collections.deque[str] = collections.deque(maxlen=int(args.get("output_lines") or 40))
-    first: dict[str, Any] = {}
-    procs_file = os.path.join(cg.path, "cgroup.procs")
-
-    def join_cgroup() -> None:
-        with open(procs_file, "w") as h:
-            h.write(str(os.getpid()))
-
+    guarded = set_guard(replay, guard)
+    high_before = keyed(replay.file("memory.events")).get("high", 0) if pod.version == 2 else 0
+    peaks = reset_peaks(pod)
+    env = command_env(args)
+    output = Output(args)
     started = time.monotonic()
     started_at = time.time()
-    proc = subprocess.Popen(
-        ["sh", "-c", str(args["command"])], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, env=env, preexec_fn=join_cgroup, start_new_session=True,
-    )
-
-    def reader() -> None:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.decode("utf-8", "replace").rstrip("\n")
-            tail.append(line)
-            if not first and pattern.search(line):
-                first.update(at_s=round(time.monotonic() - started, 3), line=line[:300])
-
-    thread = threading.Thread(target=reader, daemon=True)
-    thread.start()
-    poll = float(args.get("poll_s") or 0.02)
-    sample_every = float(args.get("sample_s") or 0.1)
-    duration = float(args.get("duration_s") or 300)
-    peak_ws, peak_usage, peak_at = 0, 0, 0.0
-    snapshot: dict[str, Any] = {}
-    last_snapshot = -1.0
-    hwm: dict[str, int] = {}
-    #: container → pid → of every process seen during the stage, its status at its largest
-    roster: dict[str, dict[str, str]] = {}
-    outcome, exit_status = "", None
-    guard_hit = False
-    pending = False
-    snapshot_ws, step = 0, max(4 << 20, limit // 100)
-
-    def take(now: float, ws: int, usage: int, stat_text: str) -> None:
-        nonlocal last_snapshot
-        containers: dict[str, Any] = {}
-        for child in pod.children():
-            ccg = Cgroup(os.path.join(pod_path, child), version)
-            ctext, _ = ccg.stat()
-            containers[child] = {"usage_bytes": ccg.usage(), "stat": ctext,
-                                 "processes": processes(ccg)}
-            for pid, status in containers[child]["processes"]["statuses"].items():
-                value = hwm_of(status)
-                if value is not None:
-                    hwm[pid] = max(hwm.get(pid, 0), value)
-                seen = roster.setdefault(child, {})
-                if pid not in seen or rss_of(status) >= rss_of(seen[pid]):
-                    seen[pid] = status
-        snapshot.clear()
-        snapshot.update(at_s=round(now, 3), working_set_bytes=ws, usage_bytes=usage,
-                        stat=stat_text, containers=containers)
-        last_snapshot = now
-
-    while True:
-        now = time.monotonic() - started
-        ws, usage, stat_text = pod.working_set()
-        if usage > peak_usage:
-            peak_usage = usage
-        if ws > peak_ws:
-            peak_ws, peak_at = ws, now
-            pending = True
-        # the processes as they are at the latest peak: at once when it grew by a step since
-        # the last snapshot, else within sample_s while the working set is still at the peak
-        if pending and (ws >= snapshot_ws + step or (
-                now - last_snapshot >= sample_every and ws > snapshot_ws)):
-            take(now, ws, usage, stat_text)
-            snapshot_ws, pending = ws, False
-        hit_guard = guarded and at_guard(cg, high_before)
-        if ws >= stop_at or hit_guard:
-            signal_all(cg, signal.SIGSTOP)
-            ws, usage, stat_text = pod.working_set()
-            peak_ws, peak_usage = max(peak_ws, ws), max(peak_usage, usage)
-            take(time.monotonic() - started, ws, usage, stat_text)
-            kill_all(cg)
-            outcome = "stopped-at-headroom"
-            guard_hit = hit_guard
-            break
-        code = proc.poll()
-        if code is not None:
-            outcome, exit_status = ("completed" if code == 0 else "failed"), code
-            break
-        if now >= duration:
-            take(now, ws, usage, stat_text)
-            signal_all(cg, signal.SIGTERM)
-            try:
-                exit_status = proc.wait(5)
-            except subprocess.TimeoutExpired:
-                exit_status = None
-            outcome = "held"
-            break
-        time.sleep(poll)
+    proc = start_command(args, replay, env)
+    assert proc.stdout is not None
+    output.follow(proc.stdout, started)
+    watch = Watch(args, pod, replay, limit, stop_at, guarded, high_before, started)
+    outcome, exit_status = watch.until_done(proc)
     elapsed = time.monotonic() - started
-    kill_all(cg)
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait()
-    thread.join(2)
-    if proc.stdout is not None:
-        proc.stdout.close()
-    containers_after: dict[str, Any] = {}
-    for child in pod.children():
-        ccg = Cgroup(os.path.join(pod_path, child), version)
-        peak = peaks.get(child)
-        fresh = number(ccg.file("memory.peak" if version == 2 else "memory.max_usage_in_bytes"))
-        containers_after[child] = {
-            "peak_bytes": peak.value() if peak is not None else fresh,
-            "peak_reset": bool(peak and peak.reset) or child == name,
-            "files": ccg.files(),
-        }
+    end_command(replay, proc, output)
+    containers_after = container_peaks(pod, peaks, name)
     pod_peak = peaks[""].value()
     for peak in peaks.values():
         peak.close()
-    removed = rmdir(cg.path)
+    removed = rmdir(replay.path)
+    highs, snapshots = watch.highs, watch.snapshots
     report = {
         "format": 1,
-        "cgroup_version": version,
-        "pod_cgroup": pod_path,
+        "cgroup_version": pod.version,
+        "pod_cgroup": pod.path,
         "container": name,
         "limit_bytes": limit,
         "headroom_bytes": headroom,
@@ -438,21 +548,21 @@ def _stage(args: dict[str, Any], pod: Cgroup, cg: Cgroup, name: str, limit: int,
         "outcome": outcome,
         "exit_status": exit_status,
         "peak": {"kernel_bytes": pod_peak, "kernel_reset": peaks[""].reset,
-                 "working_set_bytes": peak_ws, "usage_bytes": peak_usage,
-                 "at_s": round(peak_at, 3)},
-        "snapshot": snapshot,
-        "hwm_bytes": hwm,
-        "roster": roster,
+                 "working_set_bytes": highs.working_set, "usage_bytes": highs.usage,
+                 "at_s": round(highs.at, 3)},
+        "snapshot": snapshots.latest,
+        "hwm_bytes": snapshots.hwm,
+        "roster": snapshots.roster,
         "containers": containers_after,
         "files_before": before,
         "files_after": pod.files(),
         "counters_before": counters_before,
         "counters_after": pod.counters(),
-        "first_collective": first or None,
-        "output_tail": list(tail),
+        "first_collective": output.first or None,
+        "output_tail": list(output.tail),
         "container_removed": removed,
         "guard_bytes": guard if guarded else None,
-        "guard_hit": guard_hit,
+        "guard_hit": watch.guard_hit,
     }
     print(json.dumps(report))
     return 0
