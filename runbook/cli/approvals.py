@@ -20,7 +20,7 @@ from rich.table import Table
 
 from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import count, output_console
-from runbook.remedies.playbook import TaskOutcome
+from runbook.remedies.playbook import PlaybookResult, TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
 from runbook.verdict import Verdict
 
@@ -515,102 +515,137 @@ def guided_approvals(
     `ledger` (runbook.rundir.ApprovalLedger) is told of each prompt before it waits and of
     each decision once taken, and saves them in the run directory, so that `runbook resume`
     after an interruption asks only what was not answered yet."""
-    from runbook.remedies import live
-
-    def decided(pid: str, outcome: str) -> None:
-        if ledger is not None:
-            ledger.decided(pid, outcome)
-
     for proposal in advice:
         show_advice(console, proposal)
     if not queued:
         return
     console.rule("[bold]proposals")
+    prompts = _Prompts(console, desk, interactive=interactive, as_user=as_user, ledger=ledger)
     for number, item in enumerate(queued, 1):
-        p = item.proposal
         console.print(f"\n[bold]proposal {number}/{len(queued)}[/]")
-        if p.state == "pending" and interactive and item.plan is not None:
+        prompts.one(item)
+
+
+class _Prompts:
+    """The prompt of each queued proposal in turn, each decision told to the ledger."""
+
+    def __init__(
+        self,
+        console: Console,
+        desk: Desk,
+        *,
+        interactive: bool,
+        as_user: str | None,
+        ledger: ApprovalLedger | None,
+    ) -> None:
+        self.console = console
+        self.desk = desk
+        self.interactive = interactive
+        self.as_user = as_user
+        self.ledger = ledger
+
+    def decided(self, pid: str, outcome: str) -> None:
+        if self.ledger is not None:
+            self.ledger.decided(pid, outcome)
+
+    def one(self, item: Queued) -> None:
+        """Show the proposal; on a terminal, its check run, the question, and the answer."""
+        console = self.console
+        p = item.proposal
+        if p.state == "pending" and self.interactive and item.plan is not None:
             # an earlier approval in this walk may have changed the file this plan patches
             from runbook.errors import RunbookError
 
             try:
-                p = desk.replan_if_stale(p.id)
+                p = self.desk.replan_if_stale(p.id)
             except RunbookError as exc:
                 console.print(f"  [red]{escape(exc.one_line())}[/]")
-                decided(p.id, "refused")
-                continue
+                self.decided(p.id, "refused")
+                return
         show_proposal(console, p, brief=True)
         if p.state != "pending":
-            decided(p.id, p.state)  # decided elsewhere meanwhile (`runbook approvals …`)
-            continue
-        if not interactive:
+            self.decided(p.id, p.state)  # decided elsewhere meanwhile (`runbook approvals …`)
+            return
+        if not self.interactive:
             console.print(f"  queued: runbook approvals show {p.id} / approve {p.id}")
-            continue
+            return
         if item.plan is None:
             console.print(f"  left in the queue as {p.id}: it cannot run as it is")
-            decided(p.id, "not executable")
-            continue
+            self.decided(p.id, "not executable")
+            return
+        preview = self._check_run(p)
+        answer = self._ask(p, preview)
+        if answer == "skip":
+            self.desk.skip(p.id, as_user=self.as_user)
+            console.print(f"  skipped: left in the queue as {p.id}")
+            self.decided(p.id, "skipped")
+        elif answer == "deny":
+            reason = click.prompt("  reason", err=True, value_proc=_a_reason)
+            self.desk.deny(p.id, reason=reason, as_user=self.as_user)
+            self.decided(p.id, "denied")
+            console.print(f"  denied: {escape(reason)}")
+        else:
+            self._approved(p, preview)
+
+    def _check_run(self, p: QueuedProposal) -> PlaybookResult | None:
+        """The plan in Ansible's check mode, and its diff shown; None if it could not start."""
+        console = self.console
         console.print("  [bold]check mode[/] (changes nothing):")
         try:
-            preview = desk.preview(p.id, on_task=task_printer(console))
+            preview = self.desk.preview(p.id, on_task=task_printer(console))
         except Exception as exc:
             console.print(f"  [red]check run could not start:[/] {escape(str(exc))}")
-            preview = None
-        if preview is not None:
-            console.print("  [bold]what would change:[/]")
-            print_diff(console, preview.diff_text())
+            return None
+        console.print("  [bold]what would change:[/]")
+        print_diff(console, preview.diff_text())
+        return preview
+
+    def _ask(self, p: QueuedProposal, preview: PlaybookResult | None) -> str:
+        """approve / deny / skip (approve only after a check run that passed)."""
         choices = ["approve", "deny", "skip"] if preview is not None and preview.ok else [
             "deny", "skip"]
         if preview is not None and not preview.ok:
-            console.print("  [red]the check run failed: approval is not offered[/]")
-        if ledger is not None:
-            ledger.asking(p.id)  # saved before the wait: an interrupt here loses nothing
+            self.console.print("  [red]the check run failed: approval is not offered[/]")
+        if self.ledger is not None:
+            self.ledger.asking(p.id)  # saved before the wait: an interrupt here loses nothing
         answer = click.prompt(
             "  " + " / ".join(choices),
             type=click.Choice([*choices, *(c[0] for c in choices)]),
             show_choices=False,
             err=True,
         )
-        answer = next(c for c in choices if c.startswith(answer))
-        if answer == "skip":
-            desk.skip(p.id, as_user=as_user)
-            console.print(f"  skipped: left in the queue as {p.id}")
-            decided(p.id, "skipped")
-            continue
-        if answer == "deny":
-            reason = click.prompt("  reason", err=True, value_proc=_a_reason)
-            desk.deny(p.id, reason=reason, as_user=as_user)
-            decided(p.id, "denied")
-            console.print(f"  denied: {escape(reason)}")
-            continue
+        return next(c for c in choices if c.startswith(answer))
+
+    def _approved(self, p: QueuedProposal, preview: PlaybookResult | None) -> None:
+        """Run the approved plan, report it, and offer its recovery check."""
+        from runbook.errors import RunbookError
+        from runbook.remedies import live
+
+        console = self.console
         # before the claim: an interrupt while the playbook runs must not prompt again (the
         # store says how it ended: running, succeeded, failed)
-        decided(p.id, "approved")
+        self.decided(p.id, "approved")
         console.print("  [bold]running[/]")
         try:
-            execution = desk.approve(
+            execution = self.desk.approve(
                 p.id,
-                as_user=as_user,
+                as_user=self.as_user,
                 recheck=False,  # the evidence is this run's, seconds old
                 guard_fn=live.drain_guard,
                 on_task=task_printer(console),
                 checked=preview,  # the check run just shown, of this same plan
             )
-        except Exception as exc:
-            from runbook.errors import RunbookError
-
-            if not isinstance(exc, RunbookError):
-                raise
+        except RunbookError as exc:
             console.print(f"  [red]{escape(exc.one_line())}[/]")
-            decided(p.id, "refused")
-            continue
-        decided(p.id, execution.proposal.state)
+            self.decided(p.id, "refused")
+            return
+        self.decided(p.id, execution.proposal.state)
         report_execution(console, execution)
         if execution.ok:
             from runbook.cli.verify_offer import offer_verification
 
-            offer_verification(console, desk, execution.proposal, interactive=interactive,
-                               as_user=as_user)
+            offer_verification(console, self.desk, execution.proposal,
+                               interactive=self.interactive, as_user=self.as_user)
 
 
 def approvals_phase(
