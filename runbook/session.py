@@ -562,6 +562,20 @@ class HostAccess:
     kubectl: str = "kubectl"
     kube_context: str | None = None
 
+    @classmethod
+    def from_flags(cls, flags: Mapping[str, Any]) -> HostAccess:
+        """From the CLI's host flags (--identity, --known-hosts, …, by their Python names)."""
+        return cls(
+            identities=tuple(str(p) for p in flags.get("identities") or ()),
+            known_hosts=flags.get("known_hosts") or None,
+            accept_new_host_keys=bool(flags.get("accept_new_host_keys")),
+            connect_timeout=flags.get("connect_timeout"),
+            ssh_config=flags.get("ssh_config"),
+            nsenter=flags.get("nsenter"),
+            kubectl=flags.get("kubectl") or "kubectl",
+            kube_context=flags.get("kube_context"),
+        )
+
     def host_options(
         self,
         runbook: Runbook,

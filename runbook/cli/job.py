@@ -70,16 +70,7 @@ def run_job_command(
         forks=job_kw["forks"],
         timeout_per_host=job_kw["timeout_per_host"],
         variables=parse_vars(var_items),
-        access=HostAccess(
-            identities=tuple(str(p) for p in kw.get("identities") or ()),
-            known_hosts=kw.get("known_hosts") or None,
-            accept_new_host_keys=bool(kw.get("accept_new_host_keys")),
-            connect_timeout=kw.get("connect_timeout"),
-            ssh_config=kw.get("ssh_config"),
-            nsenter=kw.get("nsenter"),
-            kubectl=kw.get("kubectl") or "kubectl",
-            kube_context=kw.get("kube_context"),
-        ),
+        access=HostAccess.from_flags(kw),
         run_dir=Path(run_dir) if run_dir else None,
     )
     result = diagnose_job(

@@ -111,24 +111,16 @@ def run(
         spec,
         variables,
         run_dir=Path(run_dir) if run_dir else None,
-        options=RunOptions(
-            db=db, config=ctx.obj.get("config"), as_user=as_user, no_input=no_input
-        ),
+        options=RunOptions(db, ctx.obj.get("config"), as_user, no_input),
     )
     console = output_console(stderr=fmt == "json")
     try:
         result = node_run.walk(GuidedConsole(console, verbose=verbosity() > 0))
         interactive = not no_input and fmt == "text" and sys.stdin.isatty()
         approvals_phase(
-            console,
-            cfg,
-            node_run.directory,
-            node_run.record,
-            node_run.runbook,
-            result.verdict,
-            interactive=interactive,
-            as_user=as_user,
-        )
+            console, cfg, node_run.directory, node_run.record, node_run.runbook,
+            result.verdict, interactive=interactive, as_user=as_user,
+        )  # fmt: skip
     except (KeyboardInterrupt, click.exceptions.Abort) as exc:
         # the run directory is consistent wherever this came (runbook/interrupt.py)
         hint = f"resume with: runbook resume {node_run.directory.path}"

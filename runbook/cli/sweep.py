@@ -34,6 +34,7 @@ from runbook.errors import UsageError
 from runbook.output import count
 
 if TYPE_CHECKING:
+    from runbook.session import SweepRequest
     from runbook.sweep.inventory import HostEntry
     from runbook.sweep.results import SweepResult
 
@@ -243,30 +244,11 @@ def sweep(
     ctx: click.Context,
     /,
     runbook_ref: str,
-    inventory: str | None,
-    limit: str | None,
-    kube_selector: str | None,
-    kube_namespace: str,
-    agent_selector: str,
-    agent_container: str | None,
-    forks: int,
-    timeout_per_host: float,
-    report_dir: str | None,
     fmt: str,
-    keep_bundles: bool,
+    db: str | None,
     shard: str | None,
     var_items: tuple[str, ...],
-    identities: tuple[str, ...],
-    known_hosts: str | None,
-    accept_new_host_keys: bool,
-    connect_timeout: float,
-    ssh_config: str | None,
-    nsenter: int | None,
-    kubectl: str,
-    kube_context: str | None,
-    db: str | None,
-    inventory_timeout: float,
-    resume: bool,
+    **flags: Any,
 ) -> None:
     """Sweep RUNBOOK read-only over every host of an inventory: collection and analysis only,
     never a remedy; each host's proposals go to the approval queue.
@@ -282,41 +264,9 @@ def sweep(
     runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
     runbook sweep nccl-init-failure -i inventory/ --report /var/lib/sweeps/nightly --resume
     """
-    from runbook.session import HostAccess, SweepRequest, run_sweep_session, sweep_fleet
-    from runbook.sweep import shard as shard_mod
+    from runbook.session import run_sweep_session, sweep_fleet
 
-    request = SweepRequest(
-        runbook_ref=runbook_ref,
-        inventory=inventory,
-        limit=limit,
-        kube_selector=kube_selector,
-        kube_namespace=kube_namespace,
-        agent_selector=agent_selector,
-        agent_container=agent_container,
-        forks=forks,
-        timeout_per_host=timeout_per_host,
-        report_dir=Path(report_dir) if report_dir else None,
-        keep_bundles=keep_bundles,
-        variables={},
-        access=HostAccess(
-            identities=identities,
-            known_hosts=known_hosts,
-            accept_new_host_keys=accept_new_host_keys,
-            connect_timeout=connect_timeout,
-            ssh_config=ssh_config,
-            nsenter=nsenter,
-            kubectl=kubectl,
-            kube_context=kube_context,
-        ),
-        inventory_timeout=inventory_timeout,
-        resume=resume,
-    )
-    request.check()
-    request = replace(
-        request,
-        shard=shard_mod.parse_shard(shard) if shard else None,
-        variables=parse_vars(var_items),
-    )
+    request = _sweep_request(runbook_ref, shard, var_items, flags)
     with sweep_fleet(request, _earlier_sweep, on_close=ctx.call_on_close) as session:
         cfg = load_config(ctx, db=db)
         try:
@@ -332,6 +282,45 @@ def sweep(
                 "hosts not finished"
             )
             raise as_interrupted(exc, hint=hint) from None
+
+
+#: the sweep's own flags, as SweepRequest takes them (the host flags go to HostAccess)
+_REQUEST_KEYS = (
+    "inventory",
+    "limit",
+    "kube_selector",
+    "kube_namespace",
+    "agent_selector",
+    "agent_container",
+    "forks",
+    "timeout_per_host",
+    "keep_bundles",
+    "inventory_timeout",
+    "resume",
+)
+
+
+def _sweep_request(
+    runbook_ref: str, shard: str | None, var_items: tuple[str, ...], flags: dict[str, Any]
+) -> SweepRequest:
+    """The sweep the flags ask for; a UsageError for one that cannot run (checked before the
+    shard and the variables are read, as the command always has)."""
+    from runbook.session import HostAccess, SweepRequest
+    from runbook.sweep import shard as shard_mod
+
+    report_dir = flags.get("report_dir")
+    request = SweepRequest(
+        runbook_ref=runbook_ref,
+        report_dir=Path(report_dir) if report_dir else None,
+        access=HostAccess.from_flags(flags),
+        **{key: flags[key] for key in _REQUEST_KEYS},
+    )
+    request.check()
+    return replace(
+        request,
+        shard=shard_mod.parse_shard(shard) if shard else None,
+        variables=parse_vars(var_items),
+    )
 
 
 def _names(names: list[str], limit: int = 20) -> str:
