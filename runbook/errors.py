@@ -56,7 +56,7 @@ class JobError(UsageError):
 
 class StateError(UsageError):
     """A run directory that cannot be resumed: not a run, its runbook changed since, or a
-    saved state that does not fit the runbook (runbook/resume.py, Conductor.from_state)."""
+    saved state that does not fit the runbook (runbook/rundir.py, Conductor.from_state)."""
 
 
 class SpecError(RunbookError):
