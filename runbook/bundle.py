@@ -470,7 +470,7 @@ def context_of(meta: BundleMeta) -> Mapping[str, Any]:
 REPLAY_VARS = ("nodes", "cgroup_dir")
 
 
-def replay_defaults(meta: Any, variables: dict[str, Any]) -> dict[str, Any]:
+def replay_defaults(meta: BundleMeta, variables: dict[str, Any]) -> dict[str, Any]:
     """A replayed bundle's pod/namespace/ranks and REPLAY_VARS become defaults of the variables
     of the same names (what the collector was told), set into `variables`; returns its
     bundle.yaml as the parsers' context."""

@@ -35,6 +35,7 @@ from runbook.output import count
 
 if TYPE_CHECKING:
     from runbook.session import SweepRequest
+    from runbook.sweep.checkpoint import Checkpoint
     from runbook.sweep.inventory import HostEntry
     from runbook.sweep.results import SweepResult
 
@@ -49,7 +50,7 @@ def _finish(
     sweep: SweepResult,
     report_dir: Path,
     fmt: str,
-    checkpoint: Any = None,
+    checkpoint: Checkpoint | None = None,
     *,
     textfile_dir: Path | None = None,
 ) -> None:

@@ -22,7 +22,7 @@ import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook import templating
 from runbook import verdict as typed
@@ -32,6 +32,10 @@ from runbook.errors import TemplateError
 from runbook.redact import redact_data
 from runbook.signatures import role_rank
 from runbook.spec.models import ADVICE_KINDS, DRAIN_ROOT_CAUSES
+
+if TYPE_CHECKING:
+    from runbook.conductor import StageRecord
+    from runbook.spec.models import Runbook
 
 VERDICT_FORMAT = typed.FORMAT
 
@@ -277,7 +281,7 @@ def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> 
     return proposal
 
 
-def _read_something(walked: list[Any], runbook: Any) -> bool:
+def _read_something(walked: list[StageRecord], runbook: Runbook) -> bool:
     """Evidence was read that a healthy verdict can stand on: something was ruled out, or a
     collective test passed (a parser's `all_passed: true`). A runbook that rules nothing out
     anywhere (a plain collection) stands on every stage having read its files."""
@@ -335,7 +339,7 @@ def _root_cause(
     return root_cause, cause_finding, weak
 
 
-def _surfaced_as(runbook: Any, context: dict[str, Any]) -> str | None:
+def _surfaced_as(runbook: Runbook, context: dict[str, Any]) -> str | None:
     """The runbook's `surfaced_as:` evaluated; None when it is unset, empty or fails."""
     if not runbook.surfaced_as:
         return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook.bundle import replay_defaults
 from runbook.errors import BundleError, UsageError
@@ -35,6 +35,9 @@ from runbook.sweep.results import (
 )
 from runbook.sweep.run import crashed_result
 from runbook.timestamps import now_iso
+
+if TYPE_CHECKING:
+    from runbook.bundle import BundleMeta
 
 #: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
 _ARCHIVES = (".tar.gz", ".tgz")
@@ -60,7 +63,7 @@ def find_bundles(directory: Path) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
-def replay_context(meta: Any, variables: dict[str, Any]) -> dict[str, Any]:
+def replay_context(meta: BundleMeta, variables: dict[str, Any]) -> dict[str, Any]:
     """As `runbook analyze` (runbook.bundle.replay_defaults)."""
     return replay_defaults(meta, variables)
 

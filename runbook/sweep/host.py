@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook.conductor import StageRecord
 from runbook.errors import (
@@ -41,6 +41,11 @@ from runbook.sweep.pool import Slot
 from runbook.sweep.results import HostResult, HostStatus, status_of
 from runbook.transports.base import CommandResult, Probe, Transport
 from runbook.verdict import Verdict
+
+if TYPE_CHECKING:
+    from paramiko import SSHConfig
+
+    from runbook.transports.ssh import SSHOptions
 
 #: a probe is not started with less time than this left before the deadline
 MIN_PROBE_S = 0.05
@@ -108,7 +113,7 @@ class HostOptions:
     #: each known_hosts file parsed once for the whole sweep (knownhosts.py)
     known_hosts_cache: KnownHosts | None = None
     #: the user's ssh config (paramiko.SSHConfig), read once; None: none
-    ssh_config: Any = None
+    ssh_config: SSHConfig | None = None
     #: its path, recorded with proposals so an approval reaches the same host
     ssh_config_file: str | None = None
     #: round trips to measure each host's clock offset before its walk (0: not measured;
@@ -170,7 +175,7 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
         NsenterTransport,
         parse_kubectl_target,
     )
-    from runbook.transports.ssh import SSHOptions, SSHTransport
+    from runbook.transports.ssh import SSHTransport
 
     transport: Transport
     if entry.scheme == "local":
@@ -234,7 +239,7 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
     return transport
 
 
-def _with_known_hosts(options: Any, user_file: Path, own: Path) -> Any:
+def _with_known_hosts(options: SSHOptions, user_file: Path, own: Path) -> SSHOptions:
     """`options` (SSHOptions) with the sweep's private copy `own` wherever the chain of hops
     reads the user's file `user_file` (a hop whose config names another file keeps it)."""
     if own == user_file:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook.errors import RunbookError
 from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm_templates
@@ -26,6 +26,9 @@ from runbook.sweep.results import (
     SweepResult,
 )
 from runbook.timestamps import now_iso
+
+if TYPE_CHECKING:
+    from runbook.remedies.approval import Desk
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ class ProposalQueue:
 
     def __init__(
         self,
-        desk: Any,
+        desk: Desk,
         *,
         runbook_ref: str,
         variables: Mapping[str, Any],
