@@ -199,15 +199,18 @@ class Opening:
 
 def replay_context(
     transport: Transport, variables: Mapping[str, Any]
-) -> tuple[str | None, dict[str, Any]]:
-    """For a replayed bundle: its node name and context (runbook.bundle.replay_defaults)."""
+) -> tuple[str | None, dict[str, Any], dict[str, Any]]:
+    """The node name, variables and parser context a walk over `transport` gets: a replayed
+    bundle lends its node name, its context, and defaults for the variables the collector was
+    told (runbook.bundle.replay_defaults); `variables` itself is left as it was."""
     from runbook.bundle import replay_defaults
     from runbook.transports.replay import ReplayTransport
 
+    merged = dict(variables)
     if isinstance(transport, ReplayTransport):
         meta = transport.bundle.meta
-        return meta.node, replay_defaults(meta, dict(variables))
-    return None, {}
+        return meta.node, merged, replay_defaults(meta, merged)
+    return None, merged, {}
 
 
 # ------------------------------------------------------------------------ one node's run
@@ -226,11 +229,11 @@ def walk(
     demo, into `directory`; a replayed bundle lends its node name and context."""
     from runbook.executor import execute
 
-    node, context = replay_context(transport, variables)
+    node, merged, context = replay_context(transport, variables)
     return execute(
         runbook,
         transport,
-        variables=dict(variables),
+        variables=merged,
         context=context,
         observer=observer,
         run_dir=directory,
@@ -495,10 +498,8 @@ def analyze(bundle: str | Path, runbook_ref: str, variables: Mapping[str, Any]) 
     runbook = load_file(resolve(runbook_ref))
     transport = ReplayTransport(bundle)
     try:
-        node, context = replay_context(transport, variables)
-        return execute(
-            runbook, transport, variables=dict(variables), context=context, node=node
-        )
+        node, merged, context = replay_context(transport, variables)
+        return execute(runbook, transport, variables=merged, context=context, node=node)
     finally:
         transport.close()
 
@@ -512,10 +513,8 @@ def diagnose(target: TargetSpec, runbook_ref: str, variables: Mapping[str, Any])
     runbook = load_file(resolve(runbook_ref))
     transport = target.open()
     try:
-        node, context = replay_context(transport, variables)
-        return execute(
-            runbook, transport, variables=dict(variables), context=context, node=node
-        )
+        node, merged, context = replay_context(transport, variables)
+        return execute(runbook, transport, variables=merged, context=context, node=node)
     finally:
         transport.close()
 

@@ -19,28 +19,6 @@ from runbook.cli.options import load_config, parse_vars
 from runbook.errors import UsageError
 
 
-def _print_summary(verdict: dict[str, Any], run_dir: Path) -> None:
-    job = verdict.get("job") or {}
-    click.echo(
-        f"job {job.get('ref')}: {verdict['root_cause']} ({verdict['confidence']}"
-        f"{', shared cause' if verdict.get('scope') == 'shared' else ''})"
-    )
-    click.echo(f"  {verdict.get('statement')}")
-    for node in verdict.get("nodes") or []:
-        clock = node.get("clock")
-        offset = (
-            f"clock {clock['offset_s']:+.3f}s ±{clock['uncertainty_s'] * 1000:.0f}ms"
-            if clock
-            else "clock not measured"
-        )
-        what = node.get("root_cause") or f"{node.get('status')}: {node.get('error')}"
-        click.echo(f"  {node['node']:<24} {what:<22} {offset}")
-    for outlier in verdict.get("outliers") or []:
-        click.echo(f"  outlier: {outlier['summary']}")
-    click.echo(f"job report: {run_dir / 'job.md'}")
-    click.echo(f"run directory: {run_dir}")
-
-
 def run_job_command(
     ctx: click.Context,
     runbook_ref: str,
@@ -79,5 +57,8 @@ def run_job_command(
     if fmt == "json":
         click.echo(json.dumps(result.verdict, indent=2, default=str))
     else:
-        _print_summary(result.verdict, result.run_dir)
+        from runbook.render.job_summary import summary_lines
+
+        for line in summary_lines(result.verdict, result.run_dir):
+            click.echo(line)
     raise click.exceptions.Exit(result.exit_code())

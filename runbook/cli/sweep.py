@@ -57,8 +57,8 @@ def _finish(
     """Write the four reports (and runbook.prom into `textfile_dir`), print the result, exit
     with the sweep's code. `checkpoint` (a sweep's progress.jsonl) is marked finished once
     the reports are written."""
+    from runbook.render.sweep_summary import summary_lines
     from runbook.sweep.reports import write_reports
-    from runbook.sweep.results import NOT_SWEPT, HostStatus, ordered_findings, status_noun
 
     written = write_reports(sweep, report_dir, textfile_dir=textfile_dir)
     if checkpoint is not None:
@@ -66,47 +66,8 @@ def _finish(
     if fmt == "json":
         click.echo(written["sweep.json"].read_text(encoding="utf-8"), nl=False)
     else:
-        counts = (
-            ", ".join(f"{n} {status_noun(s, n)}" for s, n in sweep.counts().items() if n)
-            or "no hosts"
-        )
-        swept = len(sweep.hosts) - len(sweep.reused())
-        rate = swept / sweep.duration_s if sweep.duration_s > 0 else 0.0
-        click.echo(
-            f"{sweep.mode} of {count(len(sweep.hosts), 'host')} in {sweep.duration_s:.1f}s "
-            f"({rate:.1f} hosts/s): {counts}"
-        )
-        reused = sweep.reused()
-        if reused:
-            click.echo(
-                f"results of {count(len(reused), 'host')} reused from the interrupted sweep "
-                f"started {sweep.resumed_from}: {_names([h.host for h in reused])}"
-            )
-        if sweep.missing_shards:
-            click.echo(f"missing shards: {', '.join(sweep.missing_shards)}")
-        failing = ordered_findings(sweep.hosts)
-        findings = [h for h in failing if h.status is HostStatus.FINDING]
-        inconclusive = [h for h in failing if h.status is HostStatus.INCONCLUSIVE]
-        for heading, hosts in (
-            ("findings, worst first:", findings),
-            ("inconclusive (not cleared: look at these nodes):", inconclusive),
-        ):
-            if hosts:
-                click.echo(heading)
-            for host in hosts:
-                if host.verdict is None:
-                    continue
-                first = host.verdict.first_anomaly
-                where = first.where if first and first.line else ""
-                text = " ".join(((first.text if first else None) or "").split())[:100]
-                click.echo(
-                    f"  {host.host:<24} {host.verdict.root_cause} ({host.verdict.confidence})"
-                    + (f"  {where} {text}" if where or text else "")
-                )
-        for host in sweep.hosts:
-            if host.status in NOT_SWEPT:
-                click.echo(f"  {host.host:<24} {host.status.value}: {host.error}")
-        click.echo("reports: " + " ".join(str(p) for p in written.values()))
+        for line in summary_lines(sweep, written.values()):
+            click.echo(line)
     raise click.exceptions.Exit(sweep.exit_code())
 
 
@@ -324,16 +285,12 @@ def _sweep_request(
     )
 
 
-def _names(names: list[str], limit: int = 20) -> str:
-    shown = ", ".join(names[:limit])
-    return shown + (f", … and {len(names) - limit} more" if len(names) > limit else "")
-
-
 def _earlier_sweep(
     out: Path, key: str, runbook_ref: str, entries: Sequence[HostEntry], *, resume: bool
 ) -> tuple[dict[str, Any], str | None]:
     """An interrupted sweep's progress in the report directory: said on stderr; with --resume
     the results of the hosts it finished (still in the inventory), else moved aside."""
+    from runbook.render.sweep_summary import names as host_names
     from runbook.sweep import checkpoint
 
     earlier = checkpoint.read(out)
@@ -353,7 +310,7 @@ def _earlier_sweep(
         return {}, None
     click.echo(
         f"an earlier sweep of this inventory was interrupted after {len(done)} of "
-        f"{count(earlier.total, 'host')}; finished: {_names(done) or 'none'} (it started "
+        f"{count(earlier.total, 'host')}; finished: {host_names(done) or 'none'} (it started "
         f"{earlier.started_at or 'at an unknown time'})",
         err=True,
     )
