@@ -471,41 +471,33 @@ def _num(value: Any) -> float | None:
 
 
 def measured_inputs(facts: Mapping[str, Any]) -> dict[str, Input]:
-    """What the facts of a run (or a bundle) measured, each with its source."""
+    """What the facts of a run (or a bundle) measured, each with its source: the processes
+    first (ranks, their workers, the rest), then the cgroup and the node."""
+    cgroup = _mapping(facts.get("cgroup"))
+    procmem = _mapping(facts.get("procmem"))
+    out = _process_inputs(procmem)
+    out.update(_shm_input(cgroup, procmem))
+    out.update(_cgroup_inputs(cgroup, rank_measured="per_rank_cache" in out))
+    alloc = _num(_dig(facts, "kube", "node", "allocatable_memory_bytes"))
+    if alloc is not None:
+        out["allocatable"] = Input(alloc, "measured: node.json status.allocatable.memory")
+    return out
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _process_inputs(procmem: Mapping[str, Any]) -> dict[str, Input]:
+    """The rank count, the largest rank's and worker's own memory, the most workers under
+    one rank and the other processes' memory, from the procmem facts."""
     out: dict[str, Input] = {}
-    cgroup = facts.get("cgroup") if isinstance(facts.get("cgroup"), Mapping) else {}
-    procmem = facts.get("procmem") if isinstance(facts.get("procmem"), Mapping) else {}
-    v2 = _dig(cgroup, "version") == 2
     procs = [p for p in (_dig(procmem, "processes") or []) if isinstance(p, Mapping)]
     ranks = [p for p in procs if p.get("role") == "rank"]
     workers = [p for p in procs if p.get("role") == "worker"]
     others = [p for p in procs if p.get("role") == "other"]
-    method = _dig(procmem, "method")
     if ranks:
-        pids = ", ".join(str(p.get("pid")) for p in ranks[:8]) + (", …" if len(ranks) > 8 else "")
-        many = len(ranks) != 1
-        out["ranks"] = Input(
-            len(ranks), f"measured: {len(ranks)} rank process{'es' if many else ''} ({pids})"
-        )
-        biggest = max(ranks, key=lambda p: _num(p.get("own_anon_bytes")) or 0)
-        anon = _num(biggest.get("own_anon_bytes"))
-        if anon is not None:
-            field_ = "RssAnon" if biggest.get("file_bytes") is not None else "VmRSS"
-            out["per_rank_cache"] = Input(
-                anon,
-                f"measured: /proc/{biggest.get('pid')}/status {field_}"
-                + (f" (largest of {len(ranks)} ranks)" if many else ""),
-            )
-        per_rank = _dig(procmem, "workers_per_rank") or {}
-        counts = [int(v) for v in per_rank.values() if isinstance(v, int)]
-        if counts:
-            most = max(counts)
-            owner = next(k for k, v in per_rank.items() if v == most)
-            out["workers"] = Input(
-                most,
-                f"measured: {most} workers under rank {owner}"
-                + (" (the most of any rank)" if len(counts) > 1 else ""),
-            )
+        out.update(_rank_inputs(ranks, _dig(procmem, "workers_per_rank") or {}))
     if workers:
         top = max(workers, key=lambda p: _num(p.get("own_anon_bytes")) or 0)
         own = _num(top.get("own_anon_bytes"))
@@ -514,7 +506,7 @@ def measured_inputs(facts: Mapping[str, Any]) -> dict[str, Input]:
                 "pss": "smaps_rollup Pss_Anon less its share of the rank's pages",
                 "rss-difference": "status RssAnon less its rank's",
                 "rss": "status VmRSS less its rank's",
-            }.get(str(method), "own anonymous memory")
+            }.get(str(_dig(procmem, "method")), "own anonymous memory")
             out["worker_cache"] = Input(
                 own, f"measured: /proc/{top.get('pid')} {how} (largest of {len(workers)} workers)"
             )
@@ -522,33 +514,70 @@ def measured_inputs(facts: Mapping[str, Any]) -> dict[str, Input]:
     if others and other is not None:
         names = ", ".join(sorted({str(p.get("name")) for p in others}))
         out["other"] = Input(other, f"measured: anon of {len(others)} other processes ({names})")
+    return out
+
+
+def _rank_inputs(
+    ranks: list[Mapping[str, Any]], per_rank: Mapping[str, Any]
+) -> dict[str, Input]:
+    out: dict[str, Input] = {}
+    pids = ", ".join(str(p.get("pid")) for p in ranks[:8]) + (", …" if len(ranks) > 8 else "")
+    many = len(ranks) != 1
+    out["ranks"] = Input(
+        len(ranks), f"measured: {len(ranks)} rank process{'es' if many else ''} ({pids})"
+    )
+    biggest = max(ranks, key=lambda p: _num(p.get("own_anon_bytes")) or 0)
+    anon = _num(biggest.get("own_anon_bytes"))
+    if anon is not None:
+        field_ = "RssAnon" if biggest.get("file_bytes") is not None else "VmRSS"
+        out["per_rank_cache"] = Input(
+            anon,
+            f"measured: /proc/{biggest.get('pid')}/status {field_}"
+            + (f" (largest of {len(ranks)} ranks)" if many else ""),
+        )
+    counts = [int(v) for v in per_rank.values() if isinstance(v, int)]
+    if counts:
+        most = max(counts)
+        owner = next(k for k, v in per_rank.items() if v == most)
+        out["workers"] = Input(
+            most,
+            f"measured: {most} workers under rank {owner}"
+            + (" (the most of any rank)" if len(counts) > 1 else ""),
+        )
+    return out
+
+
+def _shm_input(cgroup: Mapping[str, Any], procmem: Mapping[str, Any]) -> dict[str, Input]:
+    """Shared memory charged to the cgroup, else the mapped shmem the processes show."""
     shm = _num(_dig(cgroup, "shmem_bytes"))
     if shm is not None:
-        key = (
-            "shmem"
-            if v2
-            else ("total_shmem" if "total_shmem" in (_dig(cgroup, "stat") or {}) else "shmem")
-        )
-        out["shm"] = Input(shm, f"measured: cgroup/memory.stat {key}")
-    elif _num(_dig(procmem, "total_pss_shmem_bytes")) is not None:
-        out["shm"] = Input(
-            _num(_dig(procmem, "total_pss_shmem_bytes")),
-            "measured: Σ smaps_rollup Pss_Shmem (mapped shmem only)",
-        )
-    if "per_rank_cache" not in out:
-        anon = _num(_dig(cgroup, "anon_bytes"))
-        if anon is not None:
-            out["cgroup_anon"] = Input(
-                anon, "measured: cgroup/memory.stat " + ("anon" if v2 else "rss")
-            )
+        v1_total = "total_shmem" in (_dig(cgroup, "stat") or {})
+        key = "total_shmem" if _dig(cgroup, "version") != 2 and v1_total else "shmem"
+        return {"shm": Input(shm, f"measured: cgroup/memory.stat {key}")}
+    mapped = _num(_dig(procmem, "total_pss_shmem_bytes"))
+    if mapped is not None:
+        return {"shm": Input(mapped, "measured: Σ smaps_rollup Pss_Shmem (mapped shmem only)")}
+    return {}
+
+
+def _cgroup_inputs(cgroup: Mapping[str, Any], *, rank_measured: bool) -> dict[str, Input]:
+    """The cgroup's anonymous memory (only when no rank's own was measured), its peak (or
+    its usage when no peak is recorded) and its limit, in the file names of its version."""
+    out: dict[str, Input] = {}
+    v2 = _dig(cgroup, "version") == 2
+    anon = _num(_dig(cgroup, "anon_bytes"))
+    if not rank_measured and anon is not None:
+        stat_key = "anon" if v2 else "rss"
+        out["cgroup_anon"] = Input(anon, f"measured: cgroup/memory.stat {stat_key}")
     peak = _num(_dig(cgroup, "peak_bytes"))
+    usage = _num(_dig(cgroup, "usage_bytes"))
     if peak is not None:
         out["measured_peak"] = Input(
             peak, "measured: cgroup/" + ("memory.peak" if v2 else "memory.max_usage_in_bytes")
         )
-    elif _num(_dig(cgroup, "usage_bytes")) is not None:
+    elif usage is not None:
         out["measured_peak"] = Input(
-            _num(_dig(cgroup, "usage_bytes")),
+            usage,
             "measured: cgroup/"
             + ("memory.current" if v2 else "memory.usage_in_bytes")
             + " (no peak recorded)",
@@ -558,9 +587,6 @@ def measured_inputs(facts: Mapping[str, Any]) -> dict[str, Input]:
         out["measured_limit"] = Input(
             limit, "measured: cgroup/" + ("memory.max" if v2 else "memory.limit_in_bytes")
         )
-    alloc = _num(_dig(facts, "kube", "node", "allocatable_memory_bytes"))
-    if alloc is not None:
-        out["allocatable"] = Input(alloc, "measured: node.json status.allocatable.memory")
     return out
 
 
