@@ -212,28 +212,11 @@ def run_playbook(
     path = content / "playbooks" / playbook
     if not path.is_file():
         raise PlaybookError(f"no playbook {playbook!r} in {content / 'playbooks'}")
-    private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # ansible-runner reads env/extravars (as `-e @file`) and the inventory file as they are
-    inventory_file = private_dir / "inventory" / "hosts.yml"
-    # owner-only, replaced by rename (never written through a link)
-    for path, data in ((private_dir / "env" / "extravars", extravars), (inventory_file, inventory)):
-        atomic.write_text(path, unsafe_yaml(data), mode=0o600, within=private_dir)
+    inventory_file = _write_inputs(private_dir, inventory, extravars)
     # ssh control sockets need a short path (108 bytes); the private dir can be deep
     control = tempfile.mkdtemp(prefix="rbcp")
     collections = Path(tempfile.mkdtemp(prefix="rbcol"))
-    bindir = str(Path(sys.executable).parent)
-    envvars = {
-        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
-        "ANSIBLE_COLLECTIONS_PATH": link_collection(content, collections),
-        "ANSIBLE_HOST_KEY_CHECKING": "True",
-        "ANSIBLE_RETRY_FILES_ENABLED": "False",
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_SSH_CONTROL_PATH_DIR": control,
-        "ANSIBLE_PIPELINING": "True",
-    }
-    for name in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP"):
-        if os.environ.get(name):
-            envvars[name] = os.environ[name]
+    envvars = _ansible_env(link_collection(content, collections), control)
     outcomes: list[TaskOutcome] = []
 
     def handler(event: dict[str, Any]) -> bool:
@@ -270,10 +253,6 @@ def run_playbook(
         shutil.rmtree(control, ignore_errors=True)
         shutil.rmtree(collections, ignore_errors=True)  # the link only, never what it points to
     artifacts = private_dir / "artifacts" / ("check" if check else "apply")
-    try:
-        stdout = (artifacts / "stdout").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        stdout = ""
     return PlaybookResult(
         playbook=playbook,
         check=check,
@@ -282,9 +261,47 @@ def run_playbook(
         stats=dict(runner.stats or {}),
         tasks=outcomes,
         artifact_dir=str(artifacts),
-        stdout=stdout,
+        stdout=_stdout(artifacts),
         interrupted=stop.signum,
     )
+
+
+def _write_inputs(
+    private_dir: Path, inventory: Mapping[str, Any], extravars: Mapping[str, Any]
+) -> Path:
+    """The inventory and extra vars where ansible-runner reads them as they are (env/extravars
+    as `-e @file`), owner-only and replaced by rename (never written through a link)."""
+    private_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    inventory_file = private_dir / "inventory" / "hosts.yml"
+    for path, data in ((private_dir / "env" / "extravars", extravars), (inventory_file, inventory)):
+        atomic.write_text(path, unsafe_yaml(data), mode=0o600, within=private_dir)
+    return inventory_file
+
+
+def _ansible_env(collections_path: str, control_dir: str) -> dict[str, str]:
+    """ansible-playbook's environment: this interpreter's bin first on PATH, host keys
+    checked, no retry files or colour, pipelining, and the caller's Ansible directories."""
+    bindir = str(Path(sys.executable).parent)
+    envvars = {
+        "PATH": bindir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+        "ANSIBLE_COLLECTIONS_PATH": collections_path,
+        "ANSIBLE_HOST_KEY_CHECKING": "True",
+        "ANSIBLE_RETRY_FILES_ENABLED": "False",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir,
+        "ANSIBLE_PIPELINING": "True",
+    }
+    for name in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP"):
+        if os.environ.get(name):
+            envvars[name] = os.environ[name]
+    return envvars
+
+
+def _stdout(artifacts: Path) -> str:
+    try:
+        return (artifacts / "stdout").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
 
 
 class _Cancel:
