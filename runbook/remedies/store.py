@@ -329,65 +329,40 @@ class Store:
         """Queue a proposal; `(proposal, True)` when new. The same proposal for the same node
         already pending is refreshed (new evidence, run and TTL), not queued twice."""
         now = time.time()
-        encoded = {
+        values = {
+            "key": key, "kind": kind, "remedy": remedy, "summary": summary, "node": node,
+            "root_cause": root_cause, "playbook": playbook, "runbook": runbook,
+            "run_dir": run_dir, "source": source,
             "params": json.dumps(dict(params), default=str),
             "plan": json.dumps(dict(plan), default=str) if plan is not None else None,
             "target": json.dumps(dict(target), default=str) if target is not None else None,
             "vars": json.dumps(dict(variables or {}), default=str),
             "evidence": json.dumps(dict(evidence), default=str),
-        }
+            "now": now, "expires_at": now + ttl,
+        }  # fmt: skip
         with self._tx() as db:
             row = db.execute(
                 "SELECT id FROM proposals WHERE key = ? AND state = 'pending'", (key,)
             ).fetchone()
             if row:
-                db.execute(
-                    "UPDATE proposals SET summary=?, params=?, plan=?, target=?, vars=?, "
-                    "evidence=?, run_dir=?, expires_at=?, updated_at=?, root_cause=? "
-                    "WHERE id=?",
-                    (
-                        summary,
-                        encoded["params"],
-                        encoded["plan"],
-                        encoded["target"],
-                        encoded["vars"],
-                        encoded["evidence"],
-                        run_dir,
-                        now + ttl,
-                        now,
-                        root_cause,
-                        row["id"],
-                    ),
-                )
                 pid, new = row["id"], False
+                db.execute(
+                    "UPDATE proposals SET summary=:summary, params=:params, plan=:plan, "
+                    "target=:target, vars=:vars, evidence=:evidence, run_dir=:run_dir, "
+                    "expires_at=:expires_at, updated_at=:now, root_cause=:root_cause "
+                    "WHERE id=:id",
+                    {**values, "id": pid},
+                )
             else:
                 pid, new = "p" + secrets.token_hex(4), True
                 db.execute(
                     "INSERT INTO proposals (id, key, kind, remedy, summary, node, root_cause, "
                     "playbook, params, plan, target, runbook, vars, evidence, run_dir, source, "
-                    "state, created_at, expires_at, updated_at) VALUES "
-                    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,'pending',?,?,?)",
-                    (
-                        pid,
-                        key,
-                        kind,
-                        remedy,
-                        summary,
-                        node,
-                        root_cause,
-                        playbook,
-                        encoded["params"],
-                        encoded["plan"],
-                        encoded["target"],
-                        runbook,
-                        encoded["vars"],
-                        encoded["evidence"],
-                        run_dir,
-                        source,
-                        now,
-                        now + ttl,
-                        now,
-                    ),
+                    "state, created_at, expires_at, updated_at) VALUES (:id, :key, :kind, "
+                    ":remedy, :summary, :node, :root_cause, :playbook, :params, :plan, :target, "
+                    ":runbook, :vars, :evidence, :run_dir, :source, 'pending', :now, "
+                    ":expires_at, :now)",
+                    {**values, "id": pid},
                 )
         return self.get(pid), new
 
