@@ -352,11 +352,12 @@ def _walk(bundle: Path, run_dir: Path | None, **kw: Any) -> dict[str, Any]:
     transport = ReplayTransport(bundle)
     directory = RunDirectory(run_dir) if run_dir else None
     try:
-        node, context = replay_context(transport, {})
+        node, variables, context = replay_context(transport, {})
         if "resume" in kw:
             kw["resume"] = Conductor.from_state(runbook, kw["resume"])
         return execute(
-            runbook, transport, context=context, node=node, run_dir=directory, **kw
+            runbook, transport, variables=variables, context=context, node=node,
+            run_dir=directory, **kw,
         ).verdict.to_json()
     finally:
         transport.close()
