@@ -23,12 +23,15 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from runbook import metrics, notify
 from runbook.config import Config
 from runbook.errors import RunbookError
 from runbook.redact import redact
+
+if TYPE_CHECKING:
+    from runbook.remedies.store import QueuedProposal, Store
 
 
 def _stderr(line: str) -> None:
@@ -36,11 +39,11 @@ def _stderr(line: str) -> None:
 
 
 def due_notices(
-    pending: Sequence[Any], sent: Iterable[tuple[str, str]], *, now: float, window: float
-) -> list[tuple[Any, str]]:
+    pending: Sequence[QueuedProposal], sent: Iterable[tuple[str, str]], *, now: float, window: float
+) -> list[tuple[QueuedProposal, str]]:
     """(proposal, notice) not sent yet, oldest proposal first. Pure."""
     done = set(sent)
-    due: list[tuple[Any, str]] = []
+    due: list[tuple[QueuedProposal, str]] = []
     for p in sorted(pending, key=lambda p: p.created_at):
         if p.expires_at > now and (p.id, notify.QUEUED) not in done:
             due.append((p, notify.QUEUED))
@@ -59,7 +62,7 @@ class Published:
 
 def publish(
     config: Config,
-    store: Any,
+    store: Store,
     *,
     warn: Callable[[str], None] = _stderr,
     now: float | None = None,
@@ -77,7 +80,9 @@ def publish(
         return Published()
 
 
-def _publish(config: Config, store: Any, warn: Callable[[str], None], moment: float) -> Published:
+def _publish(
+    config: Config, store: Store, warn: Callable[[str], None], moment: float
+) -> Published:
     pending = store.list(states=("pending",))
     written = None
     if config.textfile_dir is not None:
@@ -89,7 +94,7 @@ def _publish(config: Config, store: Any, warn: Callable[[str], None], moment: fl
 
 
 def write_queue_metrics(
-    directory: Path, pending: Sequence[Any], now: float, warn: Callable[[str], None]
+    directory: Path, pending: Sequence[QueuedProposal], now: float, warn: Callable[[str], None]
 ) -> Path | None:
     text = metrics.render_approvals(pending, now=now)
     return write_metrics(directory, metrics.APPROVALS_FILE, text, warn)
@@ -108,7 +113,11 @@ def write_metrics(
 
 
 def send_notices(
-    config: Config, store: Any, pending: Sequence[Any], now: float, warn: Callable[[str], None]
+    config: Config,
+    store: Store,
+    pending: Sequence[QueuedProposal],
+    now: float,
+    warn: Callable[[str], None],
 ) -> int:
     """The due notices, each claimed in the store first; how many were sent."""
     url = config.notify.webhook_url

@@ -16,7 +16,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runbook import atomic
 from runbook.errors import RunbookError
@@ -34,6 +34,9 @@ from runbook.verify.replay import (
     validate,
 )
 from runbook.verify.stages import ReplayStage, StageResult, ladder, parse_headroom, stages_from
+
+if TYPE_CHECKING:
+    from runbook.executor import Observer
 
 RUNBOOK = "nccl-recovery-check"
 MEMORY_KINDS = ("memory-limit", "reduce-loader-memory")
@@ -161,7 +164,7 @@ def verify(
     variables: Mapping[str, Any],
     request: ReplayRequest,
     node: str | None = None,
-    observer: Any = None,
+    observer: Observer | None = None,
     run_dir: Path | None = None,
     actor: str | None = None,
     on_stage: Callable[[ReplayStage], None] | None = None,
