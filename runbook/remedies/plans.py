@@ -155,7 +155,7 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
     if scheme == "local":
         host = {"ansible_connection": "local"}
     elif scheme == "ssh":
-        from runbook.transports.ssh import SSHAddress
+        from runbook.transports.address import SSHAddress
 
         address = SSHAddress.parse(target.url.split("://", 1)[1])
         args = ["-o", "StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"]

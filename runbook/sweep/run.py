@@ -89,7 +89,7 @@ class ProposalQueue:
         decided (User, Port) left for the config to decide again, not frozen to defaults."""
         if entry.scheme != "ssh" or (entry.user_given and entry.port_given):
             return entry.target
-        from runbook.transports.ssh import split_address
+        from runbook.transports.address import split_address
         from runbook.transports.ssh_config import host_config
 
         user, host, port = split_address(entry.target.split("://", 1)[1])
