@@ -5,7 +5,6 @@ queue (never executed: a sweep only queues, `runbook approvals approve` runs), o
 from __future__ import annotations
 
 import logging
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -117,7 +116,7 @@ class ProposalQueue:
                 run_dir=result.run_dir,
                 source="sweep",
             )
-        except (RunbookError, sqlite3.Error, OSError) as exc:
+        except (RunbookError, OSError) as exc:
             log.warning("%s: could not queue its proposals: %s", entry.name, exc)
             return ()
         return tuple(str(q.proposal.id) for q in queued)
