@@ -5,8 +5,9 @@ Every step writes the audit trail first-hand (`proposed`, `previewed`, `approved
 exact playbook and variables. Order of an approval::
 
     authorised approver?  → still pending?  → within its TTL?  → evidence still there
-    (re-check on the live node)?  → node-drain: blast-radius guard, live  → claim (exactly one
-    winner)  → check mode + diff  → the real run  → succeeded | failed (never retried)
+    (re-check on the live node)?  → a kind that takes the node out (node-drain): blast-radius
+    guard, live  → claim (exactly one winner)  → check mode + diff  → the real run  → what
+    the kind reads after it (the A/B comparison)  → succeeded | failed (never retried)
 
 Any "no" before the claim leaves the proposal refused with the reason (or, for an approver
 who is not allowed, untouched); after the claim the proposal is never run again.
@@ -24,11 +25,10 @@ from typing import Any
 
 from runbook.config import Config, state_dir
 from runbook.errors import RunbookError
-from runbook.remedies import plans
+from runbook.remedies import kinds, plans
 from runbook.remedies.audit import AuditLog
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import QueuedProposal, Store
-from runbook.spec.models import ADVICE_KINDS
 from runbook.verdict import Verdict
 
 
@@ -134,7 +134,7 @@ class Desk:
         lacks an input — `requires_approval: false` — are not queued)."""
         out: list[Queued] = []
         for typed_proposal in verdict.proposals:
-            if typed_proposal.kind in ADVICE_KINDS or not typed_proposal.requires_approval:
+            if kinds.is_advice(typed_proposal.kind) or not typed_proposal.requires_approval:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve
                 continue
             # the plan reads the proposal's JSON (its params and the remedy's extra fields)
@@ -145,7 +145,7 @@ class Desk:
             plan: plans.Plan | None = None
             plan_error: str | None = None
             try:
-                plan = plans.plan_for(proposal, ctx)
+                plan = kinds.plan_for(proposal, ctx)
             except RunbookError as exc:
                 plan_error = exc.one_line()
             stored, new = self.store.enqueue(
@@ -218,7 +218,7 @@ class Desk:
             key=proposal.key,
         )
         try:
-            fresh = plans.plan_for({"kind": proposal.kind, "params": proposal.params}, ctx)
+            fresh = kinds.plan_for({"kind": proposal.kind, "params": proposal.params}, ctx)
         except RunbookError as exc:
             reason = f"cannot be re-planned: {exc.one_line()}"
             raise self._refuse(proposal, os_user(), reason) from exc
@@ -377,21 +377,24 @@ class Desk:
         if recheck and recheck_fn is not None:
             verdict = recheck_fn(proposal)
             found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
-            kinds = {p.kind for p in verdict.proposals} if verdict else set()
+            proposed = {p.kind for p in verdict.proposals} if verdict else set()
             self.record(
                 "rechecked",
                 pid,
                 actor,
-                {"root_cause": verdict.root_cause if verdict else None, "proposes": sorted(kinds)},
+                {
+                    "root_cause": verdict.root_cause if verdict else None,
+                    "proposes": sorted(proposed),
+                },
             )
-            if proposal.kind not in kinds:
+            if proposal.kind not in proposed:
                 raise self._refuse(
                     proposal,
                     actor,
                     f"evidence no longer holds: a re-check now finds "
                     f"{found} and proposes no {proposal.kind}",
                 )
-        if guard_fn is not None and proposal.kind == "node-drain":
+        if guard_fn is not None and kinds.takes_node_out(proposal.kind):
             allowed, why = guard_fn(proposal, plan)
             self.record("guard", pid, actor, {"allowed": allowed, "reason": why})
             if not allowed:
@@ -425,7 +428,7 @@ class Desk:
             raise
         result = {"stage": "apply", **applied.as_dict(), "check": _summary(check)}
         if applied.interrupted is None:
-            result.update(self._post(proposal, plan))
+            result.update(kinds.after_apply(proposal.kind, plan))
         done = self._finish(proposal, actor, ok=applied.ok, result=result)
         _stop_if_interrupted(applied)
         return Execution(done, check, applied, result)
@@ -458,20 +461,6 @@ class Desk:
             on_task=on_task,
             limit=plan.limit,
         )
-
-    def _post(self, proposal: QueuedProposal, plan: plans.Plan) -> dict[str, Any]:
-        """What a diagnostic remedy found (the A/B comparison)."""
-        if proposal.kind == "nccl-ib-disable-ab":
-            from runbook.remedies import ab
-
-            # a proposal queued before the role's variables took its prefix has the old name
-            extravars = plan.extravars
-            out = Path(str(extravars.get("nccl_ab_test_output_dir")
-                           or extravars["nccl_ab_output_dir"]))
-            hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
-            comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
-            return {"comparison": comparisons}
-        return {}
 
 
 def _duration(seconds: float) -> str:
