@@ -31,6 +31,11 @@ from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import QueuedProposal, Store
 from runbook.verdict import Verdict
 
+#: re-walks the proposal's runbook on its node (runbook.remedies.live.recheck)
+Recheck = Callable[[QueuedProposal], Verdict | None]
+#: the blast-radius guard on the pool as it is now (runbook.remedies.live.drain_guard)
+Guard = Callable[[QueuedProposal, plans.Plan], tuple[bool, str]]
+
 
 class Refused(RunbookError):
     """The approval was refused (stale, evidence gone, guard, not an approver)."""
@@ -336,8 +341,8 @@ class Desk:
         as_user: str | None = None,
         recheck: bool = True,
         on_task: Callable[[TaskOutcome], None] | None = None,
-        recheck_fn: Callable[[QueuedProposal], Verdict | None] | None = None,
-        guard_fn: Callable[[QueuedProposal, plans.Plan], tuple[bool, str]] | None = None,
+        recheck_fn: Recheck | None = None,
+        guard_fn: Guard | None = None,
         checked: PlaybookResult | None = None,
     ) -> Execution:
         """`checked`: the check-mode run the approver has just seen (the guided prompt's
@@ -345,6 +350,23 @@ class Desk:
         actor = actor_name(as_user)
         proposal = self.store.get(pid)
         self._authorise(proposal, actor, as_user)
+        plan = self._approvable_plan(proposal, actor)
+        if recheck and recheck_fn is not None:
+            self._evidence_holds(proposal, actor, recheck_fn)
+        if guard_fn is not None and kinds.takes_node_out(proposal.kind):
+            self._guard_allows(proposal, plan, actor, guard_fn)
+        proposal = self.store.claim(pid, actor=actor)
+        self.record(
+            "approved",
+            pid,
+            actor,
+            {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+        )
+        return self._execute(proposal, plan, actor, checked=checked, on_task=on_task)
+
+    def _approvable_plan(self, proposal: QueuedProposal, actor: str) -> plans.Plan:
+        """The plan of a proposal still pending, within its TTL, with a plan whose source
+        files are as they were planned; refused (stale, no plan) otherwise."""
         if proposal.state != "pending":
             from runbook.remedies.store import Conflict
 
@@ -374,38 +396,47 @@ class Desk:
                 f"stale: {', '.join(changed)} changed since the proposal was made; "
                 "re-run the runbook to plan against the file as it is now",
             )
-        if recheck and recheck_fn is not None:
-            verdict = recheck_fn(proposal)
-            found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
-            proposed = {p.kind for p in verdict.proposals} if verdict else set()
-            self.record(
-                "rechecked",
-                pid,
-                actor,
-                {
-                    "root_cause": verdict.root_cause if verdict else None,
-                    "proposes": sorted(proposed),
-                },
-            )
-            if proposal.kind not in proposed:
-                raise self._refuse(
-                    proposal,
-                    actor,
-                    f"evidence no longer holds: a re-check now finds "
-                    f"{found} and proposes no {proposal.kind}",
-                )
-        if guard_fn is not None and kinds.takes_node_out(proposal.kind):
-            allowed, why = guard_fn(proposal, plan)
-            self.record("guard", pid, actor, {"allowed": allowed, "reason": why})
-            if not allowed:
-                raise self._refuse(proposal, actor, why)
-        proposal = self.store.claim(pid, actor=actor)
+        return plan
+
+    def _evidence_holds(self, proposal: QueuedProposal, actor: str, recheck_fn: Recheck) -> None:
+        """A read-only re-walk of the node still proposes this kind; refused otherwise."""
+        verdict = recheck_fn(proposal)
+        found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
+        proposed = {p.kind for p in verdict.proposals} if verdict else set()
         self.record(
-            "approved",
-            pid,
+            "rechecked",
+            proposal.id,
             actor,
-            {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+            {"root_cause": verdict.root_cause if verdict else None, "proposes": sorted(proposed)},
         )
+        if proposal.kind not in proposed:
+            raise self._refuse(
+                proposal,
+                actor,
+                f"evidence no longer holds: a re-check now finds "
+                f"{found} and proposes no {proposal.kind}",
+            )
+
+    def _guard_allows(
+        self, proposal: QueuedProposal, plan: plans.Plan, actor: str, guard_fn: Guard
+    ) -> None:
+        """The blast-radius guard, live, for a kind that takes the node out; refused if not."""
+        allowed, why = guard_fn(proposal, plan)
+        self.record("guard", proposal.id, actor, {"allowed": allowed, "reason": why})
+        if not allowed:
+            raise self._refuse(proposal, actor, why)
+
+    def _execute(
+        self,
+        proposal: QueuedProposal,
+        plan: plans.Plan,
+        actor: str,
+        *,
+        checked: PlaybookResult | None,
+        on_task: Callable[[TaskOutcome], None] | None,
+    ) -> Execution:
+        """A claimed proposal: check mode (unless `checked` is the one just seen), then the
+        real run, then what its kind reads after it; recorded as succeeded or failed."""
         try:
             check = checked if checked is not None and checked.check else self._run(
                 proposal, plan, check=True, on_task=on_task
@@ -414,7 +445,7 @@ class Desk:
             failure = {"stage": "check", "error": exc.one_line()}
             self._finish(proposal, actor, ok=False, result=failure)
             raise
-        self.record("check", pid, actor, _summary(check))
+        self.record("check", proposal.id, actor, _summary(check))
         if not check.ok:
             result = {"stage": "check", **check.as_dict()}
             done = self._finish(proposal, actor, ok=False, result=result)
