@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Protocol
 
 from runbook import atomic
-from runbook.spec.models import ADVICE_KINDS, DRAIN_ROOT_CAUSES, PROPOSAL_KINDS
+from runbook.remedies import kinds
 
 #: the kinds that can be queued (advice is never queued: it has nothing to approve)
-QUEUED_KINDS = tuple(k for k in PROPOSAL_KINDS if k not in ADVICE_KINDS)
+QUEUED_KINDS = kinds.queued_names()
 SEVERITIES = ("critical", "warning", "info")
 #: the file the approval queue's metrics go to in the textfile directory
 APPROVALS_FILE = "runbook-approvals.prom"
@@ -55,7 +55,7 @@ class PendingProposal(Protocol):
 
 
 def severity(root_cause: str | None) -> str:
-    if root_cause in DRAIN_ROOT_CAUSES:
+    if root_cause in kinds.drain_root_causes():
         return "critical"
     if root_cause in (None, "", "inconclusive", "healthy"):
         return "info"

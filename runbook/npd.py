@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from runbook.remedies import kinds
 from runbook.verdict import Verdict
 
 OK = 0
@@ -34,7 +35,7 @@ UNKNOWN = 2
 #: NPD's default `max_output_length`
 DEFAULT_MAX_LENGTH = 80
 #: what must be ruled out for OK: the causes a drain answers
-HARDWARE_CAUSES = ("gpu-hardware", "pcie-error")
+HARDWARE_CAUSES = kinds.drain_root_causes()
 
 
 @dataclass(frozen=True)
@@ -52,7 +53,7 @@ def fit(message: str, max_length: int = DEFAULT_MAX_LENGTH) -> str:
 
 
 def from_verdict(verdict: Verdict, max_length: int = DEFAULT_MAX_LENGTH) -> NpdResult:
-    drains = [p for p in verdict.proposals if p.kind == "node-drain"]
+    drains = [p for p in verdict.proposals if kinds.takes_node_out(p.kind)]
     if drains:
         cause = next((f for f in verdict.chain if f.cause == verdict.root_cause), None)
         what = cause.finding if cause else drains[0].summary

@@ -482,16 +482,17 @@ def _brief(data: Mapping[str, Any]) -> str:
 
 
 def show_advice(console: Console, proposal: VerdictProposal) -> None:
-    """reduce-loader-memory: which term of the estimate dominates and what each cut saves."""
-    if proposal.kind != "reduce-loader-memory":
-        return
+    """The advice of a kind that gives some (reduce-loader-memory: which term of the estimate
+    dominates and what each cut saves)."""
     from runbook.errors import RunbookError
-    from runbook.remedies import advice as advice_mod
-    from runbook.remedies import estimate
+    from runbook.remedies import kinds
 
-    console.rule("[bold]advice: reduce the peak first")
+    kind = kinds.find(proposal.kind)
+    if kind is None or kind.advice_title is None:
+        return
+    console.rule(f"[bold]{kind.advice_title}")
     try:
-        lines = advice_mod.advise(estimate.from_params(dict(proposal.params))).lines()
+        lines = kind.advice_lines(proposal.params)
     except RunbookError as exc:
         console.print(f"  {escape(proposal.summary)} ({escape(exc.one_line())})")
         return

@@ -30,24 +30,15 @@ from runbook.causal import causal_order, parse_time
 from runbook.conductor import Conductor, RuleFinding, StageStatus
 from runbook.errors import TemplateError
 from runbook.redact import redact_data
+from runbook.remedies import kinds
+from runbook.remedies.kinds import collect_more
 from runbook.signatures import role_rank
-from runbook.spec.models import ADVICE_KINDS, DRAIN_ROOT_CAUSES
 
 if TYPE_CHECKING:
     from runbook.conductor import StageRecord
     from runbook.spec.models import Runbook
 
 VERDICT_FORMAT = typed.FORMAT
-
-#: the order fixes are listed (and should be applied) in
-FIX_ORDER = (
-    "collect-more",
-    "reduce-loader-memory",
-    "shm-size-limit",
-    "memory-limit",
-    "nccl-ib-disable-ab",
-    "node-drain",
-)
 
 
 def utc_offset(text: Any) -> dt.timezone | None:
@@ -226,29 +217,6 @@ def split_chain(
     return chain, also
 
 
-#: the root causes each remedy kind addresses (collect-more addresses missing evidence)
-ADDRESSES = {
-    "memory-limit": ("host-memory-oom",),
-    "reduce-loader-memory": ("host-memory-oom",),
-    "shm-size-limit": ("shm-exhausted", "host-memory-oom"),
-    "nccl-ib-disable-ab": ("rdma-misconfigured",),
-    "node-drain": tuple(sorted(DRAIN_ROOT_CAUSES)),
-}
-
-
-def _plan_missing(proposal: Mapping[str, Any]) -> list[str]:
-    """What a proposal's plan lacks to be computed (its params came out empty)."""
-    params = proposal.get("params") or {}
-
-    def have(*keys: str) -> bool:
-        return any(str(params.get(k) or "").strip() not in ("", "None", "0") for k in keys)
-
-    kind = proposal.get("kind")
-    if kind == "memory-limit" and not have("peak_bytes", "per_rank_anon_bytes", "anon_bytes"):
-        return ["a measured memory peak (the pod's memory cgroup files or its processes)"]
-    return []
-
-
 def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> dict[str, Any]:
     remedy = conductor.runbook.remedy(remedy_id)
     params: dict[str, Any] = {}
@@ -269,7 +237,7 @@ def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> 
         "id": f"{remedy.id}-{digest}",
         "kind": remedy.kind,
         # advice changes nothing: there is nothing to approve
-        "requires_approval": remedy.kind not in ADVICE_KINDS,
+        "requires_approval": not kinds.is_advice(remedy.kind),
         "summary": " ".join(summary.split()),
         "params": params,
         "remedy": remedy.id,
@@ -380,10 +348,10 @@ def _remedy_proposals(
     proposals = []
     for remedy_id in wanted:
         kind = conductor.runbook.remedy(remedy_id).kind
-        if kind in ADDRESSES and root_cause not in ADDRESSES[kind]:
+        if not kinds.proposed_on(kind, root_cause):
             continue  # decided on the kind: its templates are not rendered for nothing
         proposal = _proposal(conductor, remedy_id, context)
-        missing = _plan_missing(proposal)
+        missing = kinds.missing(proposal)
         if missing:
             proposal["requires_approval"] = False
             proposal["missing"] = missing
@@ -392,23 +360,6 @@ def _remedy_proposals(
             )
         proposals.append(proposal)
     return proposals
-
-
-def _collect_more(gaps: list[Any]) -> dict[str, Any]:
-    """The proposal to collect what the walk could not read (or, with nothing missing, the
-    application logs and dmesg)."""
-    missing_stages = [r.id for r in gaps]
-    return {
-        "id": "collect-more-" + hashlib.sha256(",".join(missing_stages).encode()).hexdigest()[:10],
-        "kind": "collect-more",
-        "requires_approval": False,
-        "summary": (
-            "collect the evidence of: " + ", ".join(missing_stages)
-            if missing_stages
-            else "the findings name no cause: collect the application logs and dmesg"
-        ),
-        "params": {"stages": missing_stages},
-    }
 
 
 def _proposals(
@@ -422,11 +373,11 @@ def _proposals(
     memory, drain last; a collect-more proposal when the verdict is inconclusive or evidence
     is missing and none was proposed."""
     proposals = _remedy_proposals(conductor, walked, root_cause, context)
-    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+    proposals.sort(key=lambda p: kinds.fix_rank(p["kind"]))
     if (root_cause == "inconclusive" or gaps) and not any(
-        p["kind"] == "collect-more" for p in proposals
+        p["kind"] == collect_more.NAME for p in proposals
     ):
-        proposals.append(_collect_more(gaps))
+        proposals.append(collect_more.gap_proposal([r.id for r in gaps]))
     return proposals
 
 

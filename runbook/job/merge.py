@@ -21,9 +21,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from runbook.causal import causal_order, parse_time
-from runbook.diagnosis import FIX_ORDER, VERDICT_FORMAT
+from runbook.diagnosis import VERDICT_FORMAT
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
+from runbook.remedies import kinds
 from runbook.sweep.results import HostResult
 from runbook.verdict import EvidenceRef, Verdict, facts_of
 
@@ -510,10 +511,10 @@ def _proposals(
     proposals = []
     for result in swept:
         for proposal in result.verdict.proposals if result.verdict else ():
-            if shared and proposal.kind == "node-drain":
+            if shared and kinds.takes_node_out(proposal.kind):
                 continue  # one shared cause is not N node faults: no drain of every node
             proposals.append({**proposal.to_json(), "node": result.host})
-    proposals.sort(key=lambda p: FIX_ORDER.index(p["kind"]) if p["kind"] in FIX_ORDER else 99)
+    proposals.sort(key=lambda p: kinds.fix_rank(p["kind"]))
     return proposals
 
 

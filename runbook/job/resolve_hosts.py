@@ -30,8 +30,8 @@ from typing import Any
 from runbook.errors import JobError, UsageError
 from runbook.job.models import JobNode, JobSpec, RankSpec
 from runbook.sweep.inventory import HostEntry
+from runbook.transports.address import SSHAddress, split_address
 from runbook.transports.nsenter import parse_kubectl_target
-from runbook.transports.ssh import SSHAddress, split_address
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")

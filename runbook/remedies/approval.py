@@ -5,8 +5,9 @@ Every step writes the audit trail first-hand (`proposed`, `previewed`, `approved
 exact playbook and variables. Order of an approval::
 
     authorised approver?  → still pending?  → within its TTL?  → evidence still there
-    (re-check on the live node)?  → node-drain: blast-radius guard, live  → claim (exactly one
-    winner)  → check mode + diff  → the real run  → succeeded | failed (never retried)
+    (re-check on the live node)?  → a kind that takes the node out (node-drain): blast-radius
+    guard, live  → claim (exactly one winner)  → check mode + diff  → the real run  → what
+    the kind reads after it (the A/B comparison)  → succeeded | failed (never retried)
 
 Any "no" before the claim leaves the proposal refused with the reason (or, for an approver
 who is not allowed, untouched); after the claim the proposal is never run again.
@@ -24,12 +25,16 @@ from typing import Any
 
 from runbook.config import Config, state_dir
 from runbook.errors import RunbookError
-from runbook.remedies import plans
+from runbook.remedies import kinds, plans
 from runbook.remedies.audit import AuditLog
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import QueuedProposal, Store
-from runbook.spec.models import ADVICE_KINDS
 from runbook.verdict import Verdict
+
+#: re-walks the proposal's runbook on its node (runbook.remedies.live.recheck)
+Recheck = Callable[[QueuedProposal], Verdict | None]
+#: the blast-radius guard on the pool as it is now (runbook.remedies.live.drain_guard)
+Guard = Callable[[QueuedProposal, plans.Plan], tuple[bool, str]]
 
 
 class Refused(RunbookError):
@@ -134,7 +139,7 @@ class Desk:
         lacks an input — `requires_approval: false` — are not queued)."""
         out: list[Queued] = []
         for typed_proposal in verdict.proposals:
-            if typed_proposal.kind in ADVICE_KINDS or not typed_proposal.requires_approval:
+            if kinds.is_advice(typed_proposal.kind) or not typed_proposal.requires_approval:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve
                 continue
             # the plan reads the proposal's JSON (its params and the remedy's extra fields)
@@ -145,7 +150,7 @@ class Desk:
             plan: plans.Plan | None = None
             plan_error: str | None = None
             try:
-                plan = plans.plan_for(proposal, ctx)
+                plan = kinds.plan_for(proposal, ctx)
             except RunbookError as exc:
                 plan_error = exc.one_line()
             stored, new = self.store.enqueue(
@@ -218,7 +223,7 @@ class Desk:
             key=proposal.key,
         )
         try:
-            fresh = plans.plan_for({"kind": proposal.kind, "params": proposal.params}, ctx)
+            fresh = kinds.plan_for({"kind": proposal.kind, "params": proposal.params}, ctx)
         except RunbookError as exc:
             reason = f"cannot be re-planned: {exc.one_line()}"
             raise self._refuse(proposal, os_user(), reason) from exc
@@ -336,8 +341,8 @@ class Desk:
         as_user: str | None = None,
         recheck: bool = True,
         on_task: Callable[[TaskOutcome], None] | None = None,
-        recheck_fn: Callable[[QueuedProposal], Verdict | None] | None = None,
-        guard_fn: Callable[[QueuedProposal, plans.Plan], tuple[bool, str]] | None = None,
+        recheck_fn: Recheck | None = None,
+        guard_fn: Guard | None = None,
         checked: PlaybookResult | None = None,
     ) -> Execution:
         """`checked`: the check-mode run the approver has just seen (the guided prompt's
@@ -345,6 +350,23 @@ class Desk:
         actor = actor_name(as_user)
         proposal = self.store.get(pid)
         self._authorise(proposal, actor, as_user)
+        plan = self._approvable_plan(proposal, actor)
+        if recheck and recheck_fn is not None:
+            self._evidence_holds(proposal, actor, recheck_fn)
+        if guard_fn is not None and kinds.takes_node_out(proposal.kind):
+            self._guard_allows(proposal, plan, actor, guard_fn)
+        proposal = self.store.claim(pid, actor=actor)
+        self.record(
+            "approved",
+            pid,
+            actor,
+            {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+        )
+        return self._execute(proposal, plan, actor, checked=checked, on_task=on_task)
+
+    def _approvable_plan(self, proposal: QueuedProposal, actor: str) -> plans.Plan:
+        """The plan of a proposal still pending, within its TTL, with a plan whose source
+        files are as they were planned; refused (stale, no plan) otherwise."""
         if proposal.state != "pending":
             from runbook.remedies.store import Conflict
 
@@ -374,35 +396,47 @@ class Desk:
                 f"stale: {', '.join(changed)} changed since the proposal was made; "
                 "re-run the runbook to plan against the file as it is now",
             )
-        if recheck and recheck_fn is not None:
-            verdict = recheck_fn(proposal)
-            found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
-            kinds = {p.kind for p in verdict.proposals} if verdict else set()
-            self.record(
-                "rechecked",
-                pid,
-                actor,
-                {"root_cause": verdict.root_cause if verdict else None, "proposes": sorted(kinds)},
-            )
-            if proposal.kind not in kinds:
-                raise self._refuse(
-                    proposal,
-                    actor,
-                    f"evidence no longer holds: a re-check now finds "
-                    f"{found} and proposes no {proposal.kind}",
-                )
-        if guard_fn is not None and proposal.kind == "node-drain":
-            allowed, why = guard_fn(proposal, plan)
-            self.record("guard", pid, actor, {"allowed": allowed, "reason": why})
-            if not allowed:
-                raise self._refuse(proposal, actor, why)
-        proposal = self.store.claim(pid, actor=actor)
+        return plan
+
+    def _evidence_holds(self, proposal: QueuedProposal, actor: str, recheck_fn: Recheck) -> None:
+        """A read-only re-walk of the node still proposes this kind; refused otherwise."""
+        verdict = recheck_fn(proposal)
+        found = verdict.root_cause if verdict else "nothing (no target or runbook to walk)"
+        proposed = {p.kind for p in verdict.proposals} if verdict else set()
         self.record(
-            "approved",
-            pid,
+            "rechecked",
+            proposal.id,
             actor,
-            {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+            {"root_cause": verdict.root_cause if verdict else None, "proposes": sorted(proposed)},
         )
+        if proposal.kind not in proposed:
+            raise self._refuse(
+                proposal,
+                actor,
+                f"evidence no longer holds: a re-check now finds "
+                f"{found} and proposes no {proposal.kind}",
+            )
+
+    def _guard_allows(
+        self, proposal: QueuedProposal, plan: plans.Plan, actor: str, guard_fn: Guard
+    ) -> None:
+        """The blast-radius guard, live, for a kind that takes the node out; refused if not."""
+        allowed, why = guard_fn(proposal, plan)
+        self.record("guard", proposal.id, actor, {"allowed": allowed, "reason": why})
+        if not allowed:
+            raise self._refuse(proposal, actor, why)
+
+    def _execute(
+        self,
+        proposal: QueuedProposal,
+        plan: plans.Plan,
+        actor: str,
+        *,
+        checked: PlaybookResult | None,
+        on_task: Callable[[TaskOutcome], None] | None,
+    ) -> Execution:
+        """A claimed proposal: check mode (unless `checked` is the one just seen), then the
+        real run, then what its kind reads after it; recorded as succeeded or failed."""
         try:
             check = checked if checked is not None and checked.check else self._run(
                 proposal, plan, check=True, on_task=on_task
@@ -411,7 +445,7 @@ class Desk:
             failure = {"stage": "check", "error": exc.one_line()}
             self._finish(proposal, actor, ok=False, result=failure)
             raise
-        self.record("check", pid, actor, _summary(check))
+        self.record("check", proposal.id, actor, _summary(check))
         if not check.ok:
             result = {"stage": "check", **check.as_dict()}
             done = self._finish(proposal, actor, ok=False, result=result)
@@ -425,7 +459,7 @@ class Desk:
             raise
         result = {"stage": "apply", **applied.as_dict(), "check": _summary(check)}
         if applied.interrupted is None:
-            result.update(self._post(proposal, plan))
+            result.update(kinds.after_apply(proposal.kind, plan))
         done = self._finish(proposal, actor, ok=applied.ok, result=result)
         _stop_if_interrupted(applied)
         return Execution(done, check, applied, result)
@@ -458,20 +492,6 @@ class Desk:
             on_task=on_task,
             limit=plan.limit,
         )
-
-    def _post(self, proposal: QueuedProposal, plan: plans.Plan) -> dict[str, Any]:
-        """What a diagnostic remedy found (the A/B comparison)."""
-        if proposal.kind == "nccl-ib-disable-ab":
-            from runbook.remedies import ab
-
-            # a proposal queued before the role's variables took its prefix has the old name
-            extravars = plan.extravars
-            out = Path(str(extravars.get("nccl_ab_test_output_dir")
-                           or extravars["nccl_ab_output_dir"]))
-            hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
-            comparisons = {h.name: ab.compare(ab.read_dir(h)) for h in hosts}
-            return {"comparison": comparisons}
-        return {}
 
 
 def _duration(seconds: float) -> str:

@@ -1,4 +1,4 @@
-"""The node-drain guards: which verdicts may drain a node, and the blast-radius check.
+"""The node-drain blast-radius guard (which verdicts may drain a node: remedies/kinds/drain.py).
 
 Pure functions over data the caller fetched (the ``items`` of a Kubernetes ``NodeList``, as
 ``kubectl get nodes -o json`` or the API return them). The same blast-radius rule runs inside
@@ -24,9 +24,6 @@ from enum import Enum
 from typing import Any
 
 from runbook.errors import UsageError
-from runbook.spec.models import DRAIN_ROOT_CAUSES
-
-#: root causes (runbook/spec/models.py) on which a drain may be proposed
 
 
 class SelectorError(UsageError):
@@ -171,11 +168,6 @@ def _labels(item: Mapping[str, Any]) -> dict[str, str]:
 def _unschedulable(item: Mapping[str, Any]) -> bool:
     spec = item.get("spec") or {}
     return spec.get("unschedulable") is True
-
-
-def drain_allowed_for(root_cause: str) -> bool:
-    """Whether a verdict with this root cause may propose a drain (hardware evidence only)."""
-    return root_cause in DRAIN_ROOT_CAUSES
 
 
 def drain_guard(

@@ -1,5 +1,5 @@
 """The I/O an approval needs before it may run: a read-only re-check of the node, and the
-node-drain guard read from the live cluster."""
+blast-radius guard of a kind that takes the node out (node-drain), read from the live cluster."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook.errors import RunbookError
-from runbook.remedies import plans
+from runbook.remedies import kinds, plans
 from runbook.remedies.store import QueuedProposal
 from runbook.verdict import Verdict
 
@@ -74,8 +74,8 @@ def kubectl_nodes(
 
 
 def drain_guard(proposal: QueuedProposal, plan: plans.Plan) -> tuple[bool, str]:
-    """The blast-radius guard on the pool as it is now (node-drain only)."""
-    if proposal.kind != "node-drain":
+    """The blast-radius guard on the pool as it is now (kinds that take the node out only)."""
+    if not kinds.takes_node_out(proposal.kind):
         return True, "not a drain"
     from runbook.remedies import guards
 

@@ -6,7 +6,8 @@ proposal's measured params (never a copied constant); a plan that cannot be made
 manifest, a limit the guard refuses, a replayed bundle with no live node) is stored as the
 reason instead, and such a proposal cannot be approved.
 
-Kinds without a playbook (`reduce-loader-memory`, `collect-more`) are advice: shown, not queued.
+Here: the plan's types and what the kinds' plans share (the inventories, the workload patch's
+variables, the playbook a remedy names). Each kind plans itself (runbook.remedies.kinds).
 """
 
 from __future__ import annotations
@@ -21,10 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from runbook.errors import RunbookError, UsageError
-from runbook.spec.models import ADVICE_KINDS
-
-#: kinds whose playbook runs on the node itself (the others run on the controller)
-NODE_KINDS = ("nccl-ib-disable-ab",)
 
 
 class PlanError(RunbookError):
@@ -132,7 +129,8 @@ class PlanContext:
     drain_pool_selector: str = "nvidia.com/gpu.present=true"
 
 
-def _localhost() -> dict[str, Any]:
+def localhost_inventory() -> dict[str, Any]:
+    """The controller itself: where a workload patch or a drain runs."""
     # the interpreter running ansible-playbook is this one (its bin dir leads PATH), named as a
     # path: every inventory value is handed to Ansible as text, never as a template
     return {
@@ -155,7 +153,7 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
     if scheme == "local":
         host = {"ansible_connection": "local"}
     elif scheme == "ssh":
-        from runbook.transports.ssh import SSHAddress
+        from runbook.transports.address import SSHAddress
 
         address = SSHAddress.parse(target.url.split("://", 1)[1])
         args = ["-o", "StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"]
@@ -191,7 +189,8 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
     return {"all": {"hosts": {name: host}}}
 
 
-def _number(params: Mapping[str, Any], key: str, what: str) -> float:
+def measured(params: Mapping[str, Any], key: str, what: str) -> float:
+    """A positive number the proposal's params carry; PlanError naming `what` otherwise."""
     value = params.get(key)
     try:
         number = float(value)  # type: ignore[arg-type]
@@ -202,7 +201,8 @@ def _number(params: Mapping[str, Any], key: str, what: str) -> float:
     return number
 
 
-def _manifest(ctx: PlanContext) -> tuple[Path, dict[str, Any]]:
+def workload_manifest(ctx: PlanContext) -> tuple[Path, dict[str, Any]]:
+    """The workload manifest `--var manifest=PATH` names, and its document to patch."""
     ref = ctx.variables.get("manifest")
     if not ref:
         raise PlanError(
@@ -232,12 +232,14 @@ def file_digest(path: Path) -> str:
         return "missing"
 
 
-def _sources(ctx: PlanContext, path: Path) -> dict[str, str]:
+def manifest_sources(ctx: PlanContext, path: Path) -> dict[str, str]:
+    """The manifest and where the patch is written, with their digests (a plan's `sources`)."""
     dest = Path(str(ctx.variables.get("manifest_dest") or path)).expanduser().resolve()
     return {str(p): file_digest(p) for p in {path, dest}}
 
 
-def _workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
+def workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
+    """The workload_patch role's variables for `patch` of the manifest at `path`."""
     apply = str(ctx.variables.get("apply") or "file")
     if apply not in ("none", "file", "cluster"):
         raise UsageError(f"--var apply={apply!r}: expected none, file or cluster")
@@ -288,7 +290,7 @@ def _workload_vars(ctx: PlanContext, path: Path, patch: Any) -> dict[str, Any]:
 _PLAYBOOK_NAME = re.compile(r"^[A-Za-z0-9][\w.-]{0,100}\.ya?ml$")
 
 
-def _playbook(proposal: Mapping[str, Any], default: str) -> str:
+def playbook_named(proposal: Mapping[str, Any], default: str) -> str:
     """The playbook the runbook's remedy names (`playbook:`), so what the runbook says is what
     runs; its kind's own playbook when it names none. A name that is not a plain file name
     under playbooks/ is refused (run_playbook then also checks the file exists)."""
@@ -298,98 +300,3 @@ def _playbook(proposal: Mapping[str, Any], default: str) -> str:
     if not isinstance(name, str) or not _PLAYBOOK_NAME.match(name):
         raise PlanError(f"playbook {name!r} is not a file name under playbooks/")
     return name
-
-
-def plan_for(proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
-    """The plan for one of a verdict's proposals; PlanError says why there can be none."""
-    kind = str(proposal.get("kind"))
-    params: Mapping[str, Any] = proposal.get("params") or {}
-    if kind in ADVICE_KINDS:
-        raise PlanError(f"{kind} is advice, nothing to run")
-    if kind == "nccl-ib-disable-ab":
-        if ctx.target is None:
-            raise PlanError("no target to run the A/B test on")
-        gpus = int(_number(params, "gpus", "the GPU count"))
-        out = ctx.work_dir / "ab"
-        return Plan(
-            playbook=_playbook(proposal, "nccl-ib-disable-ab.yml"),
-            inventory=node_inventory(ctx.node, ctx.target),
-            extravars={"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)},
-            describe=(
-                f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
-                "NCCL_IB_DISABLE unset and =1 (NCCL_DEBUG=INFO); nothing is left set",
-                f"outputs under {out}",
-            ),
-        )
-    if kind == "shm-size-limit":
-        from runbook.remedies import workload
-
-        measured = _number(params, "measured_bytes", "the /dev/shm use")
-        headroom = _number(params, "headroom", "the headroom")
-        size = workload.size_from_measured(int(measured), headroom)
-        path, manifest = _manifest(ctx)
-        patch = workload.shm_size_patch(manifest, size)
-        return Plan(
-            playbook=_playbook(proposal, "shm-size-limit.yml"),
-            inventory=_localhost(),
-            extravars=_workload_vars(ctx, path, patch),
-            sources=_sources(ctx, path),
-            describe=(*patch.summary, f"size = measured {int(measured)} B × {headroom}"),
-        )
-    if kind == "memory-limit":
-        from runbook.remedies import estimate, workload
-
-        result = estimate.from_params(dict(params))
-        if result.refused:
-            raise PlanError(result.refused)
-        path, manifest = _manifest(ctx)
-        patch = workload.memory_patch(
-            manifest, request_bytes=result.request_bytes, limit_bytes=result.limit_bytes
-        )
-        return Plan(
-            playbook=_playbook(proposal, "memory-limit.yml"),
-            inventory=_localhost(),
-            extravars=_workload_vars(ctx, path, patch),
-            sources=_sources(ctx, path),
-            describe=(*patch.summary, *result.describe()),
-        )
-    if kind == "node-drain":
-        from runbook.remedies import guards
-
-        if not guards.drain_allowed_for(str(ctx.root_cause)):
-            raise PlanError(
-                f"a drain is only proposed on gpu-hardware or pcie-error evidence, "
-                f"not on {ctx.root_cause}"
-            )
-        node = str(params.get("node") or "")
-        if not node:
-            raise PlanError("the Kubernetes node name is unknown (no node in pod.json)")
-        extravars: dict[str, Any] = {
-            "node_drain_node": node,
-            "node_drain_pool_selector": ctx.drain_pool_selector,
-            "node_drain_max_cordoned": ctx.drain_max_cordoned,
-            "node_drain_max_fraction": ctx.drain_max_fraction,
-        }
-        if ctx.kubeconfig:
-            extravars["node_drain_kubeconfig"] = ctx.kubeconfig
-        if ctx.kube_context:
-            extravars["node_drain_context"] = ctx.kube_context
-        return Plan(
-            playbook=_playbook(proposal, "node-drain.yml"),
-            inventory=_localhost(),
-            extravars=extravars,
-            describe=(
-                f"cordon {node} and evict its pods (PodDisruptionBudgets respected, "
-                "DaemonSets left)",
-                f"refused if the pool ({ctx.drain_pool_selector}) already has "
-                f"{ctx.drain_max_cordoned} cordoned or the drain takes it past "
-                f"{ctx.drain_max_fraction:.0%}",
-            ),
-            guard={
-                "node": node,
-                "pool_selector": ctx.drain_pool_selector,
-                "max_cordoned": ctx.drain_max_cordoned,
-                "max_fraction": ctx.drain_max_fraction,
-            },
-        )
-    raise PlanError(f"no playbook for proposals of kind {kind!r}")

@@ -21,7 +21,8 @@ processes publishing at once send it once; marked sent after; released when the 
 gave up, so the next command tries again. A store made before that table gets it on opening.
 
 The database and its directory are created owner-only (0600/0700); WAL mode lets `list` read
-while an execution writes.
+while an execution writes. Every database error leaves the store as a StoreError (a
+DiskFullError when the disk is full): callers need not know it is SQLite.
 """
 
 from __future__ import annotations
@@ -216,7 +217,7 @@ class Store:
                 columns = {r["name"] for r in self._db.execute("PRAGMA table_info(proposals)")}
                 if "runner" not in columns:  # a store made before the claim recorded it
                     self._db.execute("ALTER TABLE proposals ADD COLUMN runner TEXT")
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise self._error(exc) from exc
         except OSError as exc:
             if exc.errno in NO_SPACE:
@@ -237,7 +238,7 @@ class Store:
                 # a WAL database whose shared-memory file is gone needs one made to be read; on
                 # a full disk it cannot be: read the file as it is (a snapshot, no locks)
                 self._db = self._readable(uri + "&immutable=1", timeout)
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise self._error(exc) from exc
 
     @staticmethod
@@ -260,7 +261,7 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _error(self, exc: sqlite3.DatabaseError) -> RunbookError:
+    def _error(self, exc: sqlite3.Error) -> RunbookError:
         """One line for a database error; a full disk says so (SQLite reports it as
         SQLITE_FULL, or as an I/O error when growing its WAL index fails)."""
         name = getattr(exc, "sqlite_errorname", "")
@@ -280,10 +281,11 @@ class Store:
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, taken at once (`BEGIN IMMEDIATE`) so two writers serialise
         instead of deadlocking on a read lock upgraded later. A statement that fails for want
-        of space rolls the whole transaction back and is a DiskFullError."""
+        of space rolls the whole transaction back and is a DiskFullError; any other database
+        error, a StoreError."""
         try:
             self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.DatabaseError as exc:
+        except sqlite3.Error as exc:
             raise self._error(exc) from exc
         try:
             yield self._db
@@ -292,15 +294,13 @@ class Store:
             # raise and hide the error that matters
             if self._db.in_transaction:
                 self._db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.DatabaseError):
-                error = self._error(exc)
-                if isinstance(error, DiskFullError):
-                    raise error from exc
+            if isinstance(exc, sqlite3.Error):
+                raise self._error(exc) from exc
             raise
         else:
             try:
                 self._db.execute("COMMIT")
-            except sqlite3.DatabaseError as exc:
+            except sqlite3.Error as exc:
                 if self._db.in_transaction:
                     self._db.execute("ROLLBACK")
                 raise self._error(exc) from exc
@@ -486,19 +486,25 @@ class Store:
             )
 
     # ----------------------------------------------------------------------------- reading
+    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        """The rows of one query; a database error is a StoreError (DiskFullError)."""
+        try:
+            return self._db.execute(sql, args).fetchall()
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
     def sent_notices(self) -> set[tuple[str, str]]:
         """(proposal, notice) of every notice already sent."""
-        rows = self._db.execute(
-            "SELECT proposal, notice FROM notices WHERE sent_at IS NOT NULL"
-        ).fetchall()
+        rows = self._read("SELECT proposal, notice FROM notices WHERE sent_at IS NOT NULL")
         return {(str(r["proposal"]), str(r["notice"])) for r in rows}
 
     def audit_head(self) -> Anchor | None:
-        row = self._db.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
-        return Anchor(int(row["seq"]), str(row["hash"])) if row else None
+        rows = self._read("SELECT seq, hash FROM audit_head WHERE id = 1")
+        return Anchor(int(rows[0]["seq"]), str(rows[0]["hash"])) if rows else None
 
     def get(self, pid: str) -> QueuedProposal:
-        row = self._db.execute("SELECT * FROM proposals WHERE id = ?", (pid,)).fetchone()
+        rows = self._read("SELECT * FROM proposals WHERE id = ?", (pid,))
+        row = rows[0] if rows else None
         if row is None:
             raise NotFound(f"no proposal {pid!r} in {self.path} (see `runbook approvals list`)")
         return _row(row)
@@ -506,16 +512,16 @@ class Store:
     def list(self, *, states: tuple[str, ...] | None = None) -> list[QueuedProposal]:
         if states:
             marks = ",".join("?" * len(states))
-            rows = self._db.execute(
+            rows = self._read(
                 f"SELECT * FROM proposals WHERE state IN ({marks}) ORDER BY created_at",  # noqa: S608
                 states,
-            ).fetchall()
+            )
         else:
-            rows = self._db.execute("SELECT * FROM proposals ORDER BY created_at").fetchall()
+            rows = self._read("SELECT * FROM proposals ORDER BY created_at")
         return [_row(r) for r in rows]
 
     def integrity_check(self) -> str:
-        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+        return str(self._read("PRAGMA integrity_check")[0][0])
 
     @staticmethod
     def _not_pending(p: QueuedProposal) -> str:

@@ -12,7 +12,6 @@ from runbook.spec.loader import inspect_text, load_file, load_text, resolve, shi
 from runbook.spec.models import (
     DEFAULT_TIMEOUT,
     END,
-    PROPOSAL_KINDS,
     ROOT_CAUSES,
     Collect,
     Remedy,
@@ -25,7 +24,6 @@ from runbook.spec.models import (
 __all__ = [
     "DEFAULT_TIMEOUT",
     "END",
-    "PROPOSAL_KINDS",
     "ROOT_CAUSES",
     "Collect",
     "Issue",

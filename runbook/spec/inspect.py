@@ -22,8 +22,9 @@ from typing import Literal
 
 from runbook import templating
 from runbook.parsers import registry
+from runbook.remedies import kinds
 from runbook.signatures import ROLES
-from runbook.spec.models import END, PROPOSAL_KINDS, ROOT_CAUSES, Rule, Runbook, Stage
+from runbook.spec.models import END, ROOT_CAUSES, Rule, Runbook, Stage
 
 __all__ = ["Issue", "check", "index_path", "key_path", "suggest"]
 
@@ -284,11 +285,11 @@ class _Checker:
                     index_path("remedies", first[remedy.id]),
                 )
             first.setdefault(remedy.id, position)
-            if remedy.kind and remedy.kind not in PROPOSAL_KINDS:
+            if remedy.kind and kinds.find(remedy.kind) is None:
                 self.semantic(
                     key_path(path, "kind"),
                     f"'{remedy.kind}' is not a proposal kind"
-                    + suggest(remedy.kind, PROPOSAL_KINDS, listing="known"),
+                    + suggest(remedy.kind, kinds.names(), listing="known"),
                 )
             self.template(key_path(path, "summary"), remedy.summary)
             for name, value in remedy.params.items():

@@ -26,7 +26,7 @@ A runbook (YAML; documented in docs/runbook-format.md)::
           - rule_out: {cause: gpu-hardware, because: "no Xid"}
     remedies:                        # the only place a change may be declared
       - id: memory-limit
-        kind: memory-limit           # a DESIGN §5 proposal kind
+        kind: memory-limit           # a remedy kind (runbook.remedies.kinds)
         title: Size the pod memory limit from the measured peak
         summary: "raise limit to {{ ... }}"
         playbook: memory-limit.yml   # under playbooks/
@@ -55,22 +55,6 @@ ROOT_CAUSES = (
     "healthy",
     "inconclusive",
 )
-
-#: DESIGN §5 proposal kinds
-PROPOSAL_KINDS = (
-    "shm-size-limit",
-    "memory-limit",
-    "reduce-loader-memory",
-    "nccl-ib-disable-ab",
-    "node-drain",
-    "collect-more",
-)
-
-#: proposal kinds that are advice: they change nothing, so there is nothing to approve or run
-ADVICE_KINDS = ("reduce-loader-memory", "collect-more")
-
-#: the root causes with hardware evidence: the only ones a node drain may be proposed on
-DRAIN_ROOT_CAUSES = frozenset({"gpu-hardware", "pcie-error"})
 
 #: a `next:` that ends the walk without naming a cause
 END = "end"

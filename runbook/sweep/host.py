@@ -193,7 +193,7 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
         )
     else:
         from runbook.transports import ssh_config
-        from runbook.transports.ssh import split_address
+        from runbook.transports.address import split_address
 
         user, host, port = split_address(entry.target.split("://", 1)[1])
         # what the inventory left open (user, port) the ssh config may fill in, as it does

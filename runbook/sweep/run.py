@@ -5,7 +5,6 @@ queue (never executed: a sweep only queues, `runbook approvals approve` runs), o
 from __future__ import annotations
 
 import logging
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -89,7 +88,7 @@ class ProposalQueue:
         decided (User, Port) left for the config to decide again, not frozen to defaults."""
         if entry.scheme != "ssh" or (entry.user_given and entry.port_given):
             return entry.target
-        from runbook.transports.ssh import split_address
+        from runbook.transports.address import split_address
         from runbook.transports.ssh_config import host_config
 
         user, host, port = split_address(entry.target.split("://", 1)[1])
@@ -117,7 +116,7 @@ class ProposalQueue:
                 run_dir=result.run_dir,
                 source="sweep",
             )
-        except (RunbookError, sqlite3.Error, OSError) as exc:
+        except (RunbookError, OSError) as exc:
             log.warning("%s: could not queue its proposals: %s", entry.name, exc)
             return ()
         return tuple(str(q.proposal.id) for q in queued)

@@ -43,6 +43,7 @@ from runbook.errors import (
     UsageError,
 )
 from runbook.transports import host_cert, known_hosts
+from runbook.transports.address import SSHAddress
 from runbook.transports.base import CommandResult, Probe, decode
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
@@ -55,58 +56,6 @@ _DRAIN_BYTES = 4 * 1024 * 1024
 _POLL_MIN_S = 0.001
 _POLL_MAX_S = 0.02
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
-_SSH_URL = re.compile(
-    r"^(?:(?P<user>[^@/:\s]+)@)?(?P<host>\[[^\]]+\]|[^@/:\s\[\]]+)(?::(?P<port>\d+))?$"
-)
-
-
-@dataclass(frozen=True)
-class SSHAddress:
-    host: str
-    port: int = 22
-    user: str = "root"
-    #: the name the user gave when an ssh config entry turned it into `host` (reports and
-    #: errors show it, as ssh shows the alias)
-    alias: str | None = None
-    #: ssh config `HostKeyAlias`: the name looked up in known_hosts instead of host[:port]
-    key_alias: str | None = None
-
-    @classmethod
-    def parse(cls, text: str, *, default_user: str = "root") -> SSHAddress:
-        """`[user@]host[:port]` (an IPv6 host in brackets)."""
-        user, host, port = split_address(text)
-        return cls(host=host, port=port or 22, user=user or default_user)
-
-    def __str__(self) -> str:
-        if self.alias:
-            return f"ssh://{self.user}@{self.alias}"
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"ssh://{self.user}@{host}:{self.port}"
-
-    @property
-    def known_hosts_name(self) -> str:
-        if self.key_alias:
-            return self.key_alias
-        return self.host if self.port == 22 else f"[{self.host}]:{self.port}"
-
-    @property
-    def principal(self) -> str:
-        """The name a host certificate must list: HostKeyAlias, else the host (no port)."""
-        return self.key_alias or self.host
-
-
-def split_address(text: str) -> tuple[str | None, str, int | None]:
-    """`[user@]host[:port]` → (user or None, host, port or None): what was given, no
-    defaults filled in (an ssh config may supply them)."""
-    match = _SSH_URL.match(text.strip())
-    if not match:
-        # `user:password@host` is not an address, and the password is not repeated
-        shown = re.sub(r"^([^@:/\s]*):[^@\s]*@", r"\1:<REDACTED>@", text.strip())
-        raise UsageError(f"not an SSH address: {shown!r} (expected [user@]host[:port])")
-    port = int(match.group("port")) if match.group("port") else None
-    if port is not None and not 0 < port < 65536:
-        raise UsageError(f"bad SSH port in {text!r}")
-    return match.group("user") or None, match.group("host").strip("[]"), port
 
 
 @dataclass(frozen=True)

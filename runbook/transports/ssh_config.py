@@ -29,7 +29,8 @@ from pathlib import Path
 import paramiko
 
 from runbook.errors import UsageError
-from runbook.transports.ssh import SSHAddress, SSHOptions, split_address
+from runbook.transports.address import SSHAddress, split_address
+from runbook.transports.ssh import SSHOptions
 
 #: default file, as ssh reads it
 DEFAULT_PATH = Path("~/.ssh/config")

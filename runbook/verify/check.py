@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook import atomic
-from runbook.errors import RunbookError
 from runbook.redact import redact_data
+from runbook.remedies import kinds
 from runbook.remedies.approval import Desk, Refused
+from runbook.remedies.kinds import memory_limit
 from runbook.remedies.store import QueuedProposal
 from runbook.transports.base import Transport
 from runbook.verdict import Verdict
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from runbook.executor import Observer
 
 RUNBOOK = "nccl-recovery-check"
-MEMORY_KINDS = ("memory-limit", "reduce-loader-memory")
 #: the recovery runbook's own variables, taken from the proposal's run when it set them
 RUNBOOK_VARS = ("gpus", "repeats", "nodes", "hosts", "nics", "socket_ifname", "ib_gid_index",
                 "nccl_version", "min_busbw", "max_spread_pct", "run_timeout")
@@ -78,14 +78,9 @@ def new_run_dir() -> Path:
 
 def _expected_limit(proposal: QueuedProposal) -> int | None:
     """The limit a memory-limit proposal set, computed as its plan computed it."""
-    if proposal.kind != "memory-limit":
+    if proposal.kind != memory_limit.NAME:
         return None
-    from runbook.remedies import estimate
-
-    try:
-        return estimate.from_params(dict(proposal.params)).limit_bytes
-    except RunbookError:
-        return None
+    return memory_limit.planned_limit(proposal.params)
 
 
 def _original_config(proposal: QueuedProposal) -> dict[str, str]:
@@ -192,7 +187,7 @@ def verify(
     outcome = run_replay(transport, spec, on_stage=on_stage, on_result=on_result) \
         if spec is not None else None
     healthy = verdict.root_cause == "healthy"
-    replay_needed = proposal.kind in MEMORY_KINDS and not request.skip
+    replay_needed = kinds.is_memory_remedy(proposal.kind) and not request.skip
     if not healthy:
         reason = f"collective test: {verdict.root_cause}: {collective['summary']}"
     elif outcome is not None and not outcome.passed:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from runbook.ansible_text import unsafe_yaml
-from runbook.remedies.plans import _localhost
+from runbook.remedies.plans import localhost_inventory
 from runbook.remedies.playbook import run_playbook
 from tests.ansible.conftest import PLAYBOOKS
 
@@ -67,7 +67,7 @@ def test_jinja_in_a_manifest_and_its_variables_is_text_in_check_mode_and_the_rea
         monkeypatch.setenv(name, value)
     marker = tmp_path / "pwned"
     extravars = workload_vars(tmp_path, marker, form)
-    inventory = _localhost()
+    inventory = localhost_inventory()
     check = run_playbook("shm-size-limit.yml", inventory=inventory, extravars=extravars,
                          private_dir=tmp_path / "run", check=True)  # fmt: skip
     assert check.ok, check.stdout[-3000:]
@@ -92,7 +92,7 @@ def test_the_plain_way_would_run_it(ansible_env: dict[str, str], tmp_path: Path)
     ansible_runner.run(
         private_data_dir=str(tmp_path / "plain"), project_dir=str(PLAYBOOKS),
         playbook="shm-size-limit.yml", envvars=ansible_env, extravars=extravars,
-        inventory=_localhost(), cmdline="--check --diff", quiet=True,
+        inventory=localhost_inventory(), cmdline="--check --diff", quiet=True,
     )  # fmt: skip
     assert marker.exists()
 
@@ -105,7 +105,7 @@ def test_inventory_values_from_evidence_are_text(
     marker = tmp_path / "pwned"
     jinja = planted(marker)["expression"]
     private = tmp_path / "run"
-    host = {**_localhost()["all"]["hosts"]["localhost"], "node_label": jinja}
+    host = {**localhost_inventory()["all"]["hosts"]["localhost"], "node_label": jinja}
     (private / "inventory").mkdir(parents=True)
     (private / "inventory" / "hosts.yml").write_text(
         unsafe_yaml({"all": {"hosts": {"node-1": host}}})

@@ -13,11 +13,11 @@ from runbook.errors import UsageError
 from runbook.remedies.guards import (
     GuardConfigError,
     SelectorError,
-    drain_allowed_for,
     drain_guard,
     parse_selector,
     selector_matches,
 )
+from runbook.remedies.kinds.drain import drain_allowed_for
 from runbook.spec.models import ROOT_CAUSES
 
 NODELIST = Path(__file__).parents[1] / "k8s" / "fixtures" / "nodes.json"

@@ -15,7 +15,7 @@ import pytest
 from runbook.config import load, parse_duration
 from runbook.errors import UsageError
 from runbook.remedies.audit import Anchor, AuditLog, verify
-from runbook.remedies.store import Conflict, NotFound, Store
+from runbook.remedies.store import Conflict, NotFound, Store, StoreError
 
 
 def _enqueue(store: Store, key: str = "node-1:memory-limit-abc", ttl: float = 3600.0):
@@ -195,6 +195,23 @@ def test_config_defaults_and_errors(tmp_path, monkeypatch):
     assert parse_duration("2h") == 7200.0
     with pytest.raises(UsageError, match="positive number"):
         parse_duration("soon")
+
+
+def test_a_database_error_reading_or_writing_is_a_store_error(tmp_path):
+    """Callers (a sweep queueing proposals, the CLI) catch the project's errors only: SQLite's
+    own never leave the store."""
+    import sqlite3
+
+    with Store(tmp_path / "a.db") as store:
+        p, _ = _enqueue(store)
+        store._db.execute("DROP TABLE proposals")  # the schema gone behind the store's back
+        with pytest.raises(StoreError, match="no such table: proposals") as read:
+            store.get(p.id)
+        with pytest.raises(StoreError, match="no such table: proposals") as written:
+            _enqueue(store, key="node-2:memory-limit-abc")
+        assert isinstance(read.value.__cause__, sqlite3.Error)
+        assert isinstance(written.value.__cause__, sqlite3.Error)
+        assert not store._db.in_transaction  # the failed write was rolled back
 
 
 def test_expiry_is_visible(tmp_path):

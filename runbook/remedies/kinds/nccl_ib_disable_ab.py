@@ -1,0 +1,60 @@
+"""`nccl-ib-disable-ab`: a diagnostic A/B run on the node — all_reduce_perf with
+NCCL_IB_DISABLE unset and =1 — whose two outputs are compared after the run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from runbook.remedies import plans
+from runbook.remedies.plans import Plan, PlanContext, PlanError
+
+NAME = "nccl-ib-disable-ab"
+
+
+class NcclIbDisableAb:
+    name = NAME
+    advice = False
+    proposed_on: tuple[str, ...] | None = ("rdma-misconfigured",)
+    takes_node_out = False
+    memory_remedy = False
+    advice_title: str | None = None
+
+    def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
+        """Runs on the node itself, as the run reached it."""
+        if ctx.target is None:
+            raise PlanError("no target to run the A/B test on")
+        params: Mapping[str, Any] = proposal.get("params") or {}
+        gpus = int(plans.measured(params, "gpus", "the GPU count"))
+        out = ctx.work_dir / "ab"
+        return Plan(
+            playbook=plans.playbook_named(proposal, "nccl-ib-disable-ab.yml"),
+            inventory=plans.node_inventory(ctx.node, ctx.target),
+            extravars={"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)},
+            describe=(
+                f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
+                "NCCL_IB_DISABLE unset and =1 (NCCL_DEBUG=INFO); nothing is left set",
+                f"outputs under {out}",
+            ),
+        )
+
+    def missing(self, params: Mapping[str, Any]) -> list[str]:
+        return []
+
+    def after_apply(self, plan: Plan) -> dict[str, Any]:
+        """The A/B comparison of each host's two outputs, from the playbook's output dir."""
+        from runbook.remedies import ab
+
+        # a proposal queued before the role's variables took its prefix has the old name
+        extravars = plan.extravars
+        out = Path(str(extravars.get("nccl_ab_test_output_dir")
+                       or extravars["nccl_ab_output_dir"]))
+        hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
+        return {"comparison": {h.name: ab.compare(ab.read_dir(h)) for h in hosts}}
+
+    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
+        return ()
+
+
+KIND = NcclIbDisableAb()
