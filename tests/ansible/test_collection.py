@@ -36,7 +36,7 @@ from tests.ansible.conftest import (
     ssh_inventory,
     task_results,
 )
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = pytest.mark.ansible
 

@@ -19,7 +19,7 @@ import pytest
 
 from tests.ansible.background import ToolResult, ToolRun, ToolRuns, register, waits_for
 from tests.ansible.conftest import REPO, VENV_BIN, ansible_environment
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = pytest.mark.ansible
 

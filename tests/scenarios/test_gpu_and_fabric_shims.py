@@ -287,7 +287,7 @@ def test_the_approved_ab_remedy_on_the_rdma_node_reports_ib_failing_and_socket_p
     from runbook.remedies.approval import Desk
     from runbook.remedies.live import recheck
     from runbook.remedies.plans import Target
-    from tests.ansible.shims import install_ab_all_reduce_perf
+    from tests.tools.collective import install_ab_all_reduce_perf
 
     node = shim_nodes["rdma-label"]
     calls = install_ab_all_reduce_perf(node.host)

@@ -1,20 +1,25 @@
 #!/usr/bin/python3
 """Test shim for ``all_reduce_perf`` (and ``mpirun`` running it) on a GPU node that is not here.
 
-Installed under both names in a test host's shim dir (first on its sessions' PATH) by
-:func:`tests.recovery.shims.install`. It prints what nccl-tests 2.x over NCCL 2.21 prints, in
-that format, and honours what the real programs would:
+The one copy of this program: installed under both names in a test host's shim dir (first on
+its sessions' PATH) by :mod:`tests.tools.collective` (the recovery check's hosts through
+:func:`tests.recovery.shims.install`, the Ansible A/B remedy's through
+:func:`tests.tools.collective.install_ab_all_reduce_perf`). It prints what nccl-tests 2.x over
+NCCL 2.21 prints, in that format, and honours what the real programs would:
 
-* ``-b/-e/-f`` pick the table's sizes, ``-g`` the GPUs of the (single) process;
+* ``-b/-e/-f/-g`` (or ``--minbytes/--maxbytes/--stepfactor/--ngpus``) pick the table's sizes
+  and the GPUs of the (single) process;
 * NCCL's own lines appear only with ``NCCL_DEBUG=INFO`` (in the environment, or ``-x`` of
-  mpirun): ``NCCL version``, ``Init START``/``Init COMPLETE`` per rank, one ``Channel NN/0 :
-  a[a] -> b[b] via <transport>`` line per ring edge;
+  mpirun), its WARN lines with ``WARN`` too: ``NCCL version``, ``NCCL_IB_DISABLE set by
+  environment to …`` when it is set, ``Init START``/``Init COMPLETE`` per rank, one ``Channel
+  NN/0 : a[a] -> b[b] via <transport>`` line per ring edge;
 * ``mpirun -np N -H a,b --map-by ppr:K:node -x VAR=VALUE … all_reduce_perf … -g 1``: N ranks,
   K per host, each line prefixed with its rank's host; ring edges between hosts go over the
   network (``NET/IB/0/GDRDMA`` over the NICs in ``NCCL_IB_HCA``, ``NET/Socket/0`` with
   ``NCCL_IB_DISABLE=1`` or ``network: Socket``).
 
-The node's behaviour comes from ``recovery-shim.json`` next to the shim:
+The node's behaviour comes from ``all_reduce_perf.json`` next to the shim (absent: a healthy
+H100 node over IB):
 
 * ``model`` (the device name), ``transport`` (intra-node, e.g. ``P2P/CUMEM/read`` or
   ``SHM/direct/direct``), ``version``, ``network``, ``nics``;
@@ -22,12 +27,18 @@ The node's behaviour comes from ``recovery-shim.json`` next to the shim:
 * ``mode``: ``healthy``; ``wrong`` (a row with wrong values, the FAILED footer, exit 1 as
   nccl-tests does); ``unfinished`` (the test fails mid-table with ``Test NCCL failure``, exit 3);
   ``hang`` (stops printing mid-table and sleeps: the run timeout must kill it);
+* ``ib_fault: reg_mr``: whenever NCCL selects NET/IB, memory registration with the verbs
+  library fails (``ibv_reg_mr``: the classic locked-memory limit of a container), the
+  communicator init returns ``unhandled system error`` and the test exits 3 (testNcclError);
+  with ``NCCL_IB_DISABLE=1`` NCCL takes NET/Socket and the run behaves as ``mode`` says;
 * ``local_only`` (mpirun): the ranks all start on the first host whatever ``-H`` says.
 
 The bandwidth of a row follows ``busbw = peak × size / (size + 16 MiB)``: small messages are
 latency-bound, so ``# Avg bus bandwidth`` over 8 MiB … 1 GiB sits well below the peak, as on a
-real node. Each call is appended as one JSON line (its name, argv and NCCL environment) to
-``all_reduce_perf.calls``.
+real node. The output is deterministic for a fixed peak (fixed pids, timings from that model),
+so the same run twice gives the same bytes. Each call is appended as one JSON line (its name,
+argv and NCCL environment) to ``all_reduce_perf.calls``, which is how a test knows whether, and
+how, the node ran it.
 """
 
 from __future__ import annotations
@@ -41,6 +52,10 @@ import time
 
 BASE_PID = 51234
 HALF_BYTES = 16 << 20
+#: exit status of nccl-tests when an NCCL call fails (testNcclError)
+TEST_NCCL_ERROR = 3
+CONFIG = "all_reduce_perf.json"
+LONG_OPTIONS = {"--minbytes": "-b", "--maxbytes": "-e", "--stepfactor": "-f", "--ngpus": "-g"}
 
 
 def parse_size(text: str) -> int:
@@ -54,8 +69,9 @@ def test_args(argv: list[str]) -> tuple[int, int, int, int]:
     opts = {"-b": "32M", "-e": "32M", "-f": "2", "-g": "1"}
     it = iter(argv)
     for arg in it:
-        if arg in opts:
-            opts[arg] = next(it, "")
+        key = LONG_OPTIONS.get(arg, arg)
+        if key in opts:
+            opts[key] = next(it, "")
     return parse_size(opts["-b"]), parse_size(opts["-e"]), int(opts["-f"]), int(opts["-g"])
 
 
@@ -87,8 +103,11 @@ def mpirun_args(argv: list[str]) -> tuple[int, list[str], int | None, list[str]]
 
 def main(prog: str, argv: list[str]) -> int:
     here = os.path.dirname(os.path.abspath(__file__))
-    with open(os.path.join(here, "recovery-shim.json")) as f:
-        cfg = json.load(f)
+    try:
+        with open(os.path.join(here, CONFIG)) as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        cfg = {}
     calls_path = os.path.join(here, "all_reduce_perf.calls")
     env = {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}
     if prog == "mpirun":
@@ -114,7 +133,9 @@ def main(prog: str, argv: list[str]) -> int:
     per_node = per_node if prog == "mpirun" else ngpus
     rank_host = [hosts[min(r // per_node, len(hosts) - 1)] for r in range(nranks)]
     nnodes = len(set(rank_host))
-    info = os.environ.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE")
+    debug = os.environ.get("NCCL_DEBUG", "").upper()
+    info = debug in ("INFO", "TRACE")
+    warn = info or debug == "WARN"
     peaks = cfg.get("peak_busbw", 480.0)
     peak = float(peaks[call % len(peaks)] if isinstance(peaks, list) else peaks)
     mode = cfg.get("mode", "healthy")
@@ -128,9 +149,11 @@ def main(prog: str, argv: list[str]) -> int:
     def pid(r: int) -> int:
         return BASE_PID + (r if prog == "mpirun" else 0)
 
-    def nccl(r: int, msg: str) -> None:
-        if info:
-            out.append(f"{rank_host[r]}:{pid(r)}:{pid(r) + 7} [{r % per_node}] NCCL INFO {msg}")
+    def nccl(r: int, msg: str, *, level: str = "INFO", loc: str = "", tid: int = 7) -> None:
+        if (level == "INFO" and info) or (level == "WARN" and warn):
+            where = f"{loc} " if loc else ""
+            out.append(f"{rank_host[r]}:{pid(r)}:{pid(r) + tid} [{r % per_node}] "
+                       f"{where}NCCL {level} {msg}")
 
     out += [
         f"# nThread 1 nGpus {ngpus} minBytes {min_bytes} maxBytes {max_bytes} "
@@ -147,6 +170,8 @@ def main(prog: str, argv: list[str]) -> int:
             nccl(r, "Bootstrap : Using eth0:10.0.0.1<0>")
             if r == 0 and info:
                 out.append(f"NCCL version {version}")
+            if "NCCL_IB_DISABLE" in os.environ:
+                nccl(r, f"NCCL_IB_DISABLE set by environment to {os.environ['NCCL_IB_DISABLE']}.")
             if ib:
                 nccl(r, "NET/IB : Using " + " ".join(f"[{i}]{n}:1/IB" for i, n in enumerate(nics))
                      + " ; OOB eth0:10.0.0.1<0>")
@@ -158,6 +183,21 @@ def main(prog: str, argv: list[str]) -> int:
         nccl(r, f"comm 0x55d0c1a{r:x}0 rank {r} nranks {nranks} cudaDev {r % per_node} "
              f"nvmlDev {r % per_node} busId {0x18 + 0x11 * (r % per_node):x}000 "
              "commId 0x5e2f0a1b3c4d5e6f - Init START")
+    if ib and cfg.get("ib_fault") == "reg_mr":
+        error = "Call to ibv_reg_mr failed with error Cannot allocate memory"
+        proxy = 7 + nranks + 2
+        nccl(0, error, level="WARN", loc="misc/ibvwrap.cc:187", tid=proxy)
+        nccl(0, "NET/IB : Unable to register memory for the proxy's host buffers",
+             level="WARN", loc="transport/net_ib.cc:1085", tid=proxy)
+        nccl(0, "transport/net_ib.cc:1086 -> 2", tid=proxy)
+        nccl(0, "transport/net.cc:683 -> 2", tid=proxy)
+        nccl(0, "init.cc:1374 -> 2")
+        nccl(0, "init.cc:1741 -> 2", tid=0)
+        out.append(f"{rank_host[0]}: Test NCCL failure common.cu:1005 'unhandled system error "
+                   f"(run with NCCL_DEBUG=INFO for details) / {error}'")
+        out.append(f" .. {rank_host[0]} pid {pid(0)}: Test failure common.cu:891")
+        print("\n".join(out), flush=True)
+        return TEST_NCCL_ERROR
     for r in range(nranks):
         nccl(r, f"comm 0x55d0c1a{r:x}0 rank {r} nRanks {nranks} nNodes {nnodes} "
              f"localRanks {per_node} localRank {r % per_node} MNNVL 0")
@@ -195,7 +235,7 @@ def main(prog: str, argv: list[str]) -> int:
                        "(run with NCCL_DEBUG=INFO for details)'")
             out.append(f" .. {rank_host[0]} pid {pid(0)}: Test failure common.cu:891")
             print("\n".join(out), flush=True)
-            return 3
+            return TEST_NCCL_ERROR
         cells = [f"{size:12d}  {size // 4:12d}  {'float':>8}  {'sum':>6}  {-1:6d}"]
         for place in (0, 1):
             busbw = peak * size / (size + HALF_BYTES) * (0.995 if place == 0 else 1.0)
