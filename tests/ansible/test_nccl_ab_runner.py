@@ -13,7 +13,7 @@ import pytest
 
 from runbook.parsers.nccl_log import parse_nccl_log
 from runbook.parsers.nccl_tests import parse_nccl_tests
-from tests.ansible.conftest import run_playbook, runner_output, ssh_inventory, task_results
+from tests.tools.ansible_env import run_playbook, runner_output, ssh_inventory, task_results
 from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = [pytest.mark.ansible, pytest.mark.ssh]
