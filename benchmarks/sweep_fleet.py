@@ -39,6 +39,7 @@ import yaml
 from tests.hosts.fixtures import HostFactory
 from tests.hosts.harness import HostNetwork
 from tests.sweep import fleet
+from tests.tools.ansible_env import ansible_dirs
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -130,9 +131,7 @@ def main() -> int:
         # checkouts, would recompile every module at each start)
         base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         env = {**base_env, "RUNBOOK_STATE_DIR": str(work / "state"),
-               "XDG_CONFIG_HOME": str(work / "config"), "ANSIBLE_HOME": str(work / "ansible"),
-               "ANSIBLE_LOCAL_TEMP": str(work / "ansible" / "tmp"),
-               "ANSIBLE_REMOTE_TEMP": str(work / "ansible" / "remote-tmp"),
+               "XDG_CONFIG_HOME": str(work / "config"), **ansible_dirs(work / "ansible"),
                "ANSIBLE_HOST_KEY_CHECKING": "True", "ANSIBLE_PIPELINING": "True",
                "ANSIBLE_SSH_ARGS": "-o ControlMaster=auto -o ControlPersist=30s",
                "ANSIBLE_SSH_CONTROL_PATH_DIR": str(work / "cp")}

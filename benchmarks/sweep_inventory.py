@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tests.tools.ansible_env import ansible_dirs
+
 IN_PROCESS = """
 import sys, time
 start = time.perf_counter()
@@ -58,7 +60,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rbk-inv-bench-") as tmp:
-        env = {**os.environ, "ANSIBLE_HOME": f"{tmp}/ansible", "ANSIBLE_LOCAL_TEMP": f"{tmp}/t"}
+        env = {**os.environ, **ansible_dirs(Path(tmp) / "ansible")}
         print(f"median of {args.repeat} runs, seconds from the first import to the host list:")
         for label, path in _inventories(Path(tmp)).items():
             row = {}

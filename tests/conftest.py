@@ -16,4 +16,4 @@ settings.register_profile("ci", derandomize=True, database=None)
 settings.register_profile("random", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-pytest_plugins = ["tests.hosts.fixtures"]
+pytest_plugins = ["tests.hosts.fixtures", "tests.tools.ansible_env"]

@@ -24,19 +24,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import pytest
 import yaml
 
-from tests.ansible.conftest import (
+from tests.tools.ansible_env import (
     REPO,
     VENV_BIN,
+    ansible_dirs,
     run_playbook,
     runner_output,
     ssh_inventory,
     task_results,
 )
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = pytest.mark.ansible
 
@@ -85,7 +85,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pa
     collections path (no dependencies: kubernetes.core is on sys.path already and Galaxy is
     not reachable). Everything under one temp dir, removed by pytest."""
     root = tmp_path_factory.mktemp("collection")
-    env = {**os.environ, "ANSIBLE_HOME": str(root / "home"), "ANSIBLE_NOCOLOR": "1"}
+    env = {**os.environ, **ansible_dirs(root / "ansible"), "ANSIBLE_NOCOLOR": "1"}
     env.pop("ANSIBLE_CONFIG", None)
     out = root / "dist"
     galaxy(["collection", "build", "--output-path", str(out), str(REPO)], env, cwd=root)
@@ -214,12 +214,10 @@ def test_the_installed_collection_collects_a_bundle_over_ssh_with_its_role_and_m
     remote = tmp_path / "node-work"  # the test host shares this filesystem
     remote.mkdir()
     dest = tmp_path / "bundles"
-    private = tmp_path / "runner"
-    private.mkdir()
-    runner = ansible_runner.run(
-        private_data_dir=str(private),
-        project_dir=str(project),
-        playbook="collect.yml",
+    runner = run_playbook(
+        tmp_path / "runner",
+        "collect.yml",
+        project_dir=project,
         inventory=ssh_inventory(host_network, [node]),
         envvars={**ansible_env, "ANSIBLE_COLLECTIONS_PATH": str(installed["collections"])},
         extravars={
@@ -227,7 +225,7 @@ def test_the_installed_collection_collects_a_bundle_over_ssh_with_its_role_and_m
             "evidence_collect_dest": str(dest),
             "evidence_collect_remote_dir": str(remote),
         },
-        quiet=True,
+        cmdline=None,
     )
     assert (runner.status, runner.rc) == ("successful", 0), runner_output(runner)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from runbook.remedies.playbook import run_playbook
-from tests.ansible.conftest import REPO, ssh_inventory
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.ansible_env import REPO, ssh_inventory
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = [pytest.mark.ansible, pytest.mark.ssh]
 

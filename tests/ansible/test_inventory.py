@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.ansible.conftest import REPO
+from tests.tools.ansible_env import REPO, ansible_dirs
 
 pytestmark = pytest.mark.ansible
 
@@ -50,8 +50,7 @@ print(json.dumps(out, default=str))
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    home = tmp_path_factory.mktemp("ansible-home")
-    env = {**os.environ, "ANSIBLE_HOME": str(home), "ANSIBLE_LOCAL_TEMP": str(home / "tmp")}
+    env = {**os.environ, **ansible_dirs(tmp_path_factory.mktemp("ansible"))}
     proc = subprocess.run(
         [sys.executable, "-c", _PARSE, *(str(REPO / "inventory" / s) for s in SOURCES)],
         capture_output=True, text=True, env=env, timeout=60, check=False,

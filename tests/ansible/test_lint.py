@@ -14,7 +14,7 @@ import os
 import pytest
 
 from tests.ansible.background import ToolRun, ToolRuns, register, waits_for
-from tests.ansible.conftest import REPO, VENV_BIN, ansible_environment
+from tests.tools.ansible_env import REPO, VENV_BIN, ansible_environment
 
 pytestmark = pytest.mark.ansible
 

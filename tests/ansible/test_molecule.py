@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tests.ansible.background import ToolResult, ToolRun, ToolRuns, register, waits_for
-from tests.ansible.conftest import REPO, VENV_BIN, ansible_environment
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.ansible_env import REPO, VENV_BIN, ansible_environment
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = pytest.mark.ansible
 

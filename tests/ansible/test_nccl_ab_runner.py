@@ -1,6 +1,6 @@
 """The `nccl-ib-disable-ab` remedy end to end: ansible-runner → ansible-playbook → real sshd on
 a test host → the node's `all_reduce_perf` (a shim printing real-format nccl-tests output: no
-GPU or InfiniBand here; see tests/ansible/shims/all_reduce_perf.py) → files on the controller,
+GPU or InfiniBand here; see tests/tools/all_reduce_perf.py) → files on the controller,
 read back with runbook.parsers."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from runbook.parsers.nccl_log import parse_nccl_log
 from runbook.parsers.nccl_tests import parse_nccl_tests
-from tests.ansible.conftest import run_playbook, runner_output, ssh_inventory, task_results
-from tests.ansible.shims import install_ab_all_reduce_perf
+from tests.tools.ansible_env import run_playbook, runner_output, ssh_inventory, task_results
+from tests.tools.collective import install_ab_all_reduce_perf
 
 pytestmark = [pytest.mark.ansible, pytest.mark.ssh]
 

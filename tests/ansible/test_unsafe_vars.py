@@ -21,7 +21,7 @@ import yaml
 from runbook.ansible_text import unsafe_yaml
 from runbook.remedies.plans import localhost_inventory
 from runbook.remedies.playbook import run_playbook
-from tests.ansible.conftest import PLAYBOOKS
+from tests.tools.ansible_env import run_playbook as run_ansible_playbook
 
 pytestmark = pytest.mark.ansible
 
@@ -88,11 +88,9 @@ def test_the_plain_way_would_run_it(ansible_env: dict[str, str], tmp_path: Path)
     templates variable values), so the test above can fail."""
     marker = tmp_path / "pwned"
     extravars = workload_vars(tmp_path, marker, "expression")
-    (tmp_path / "plain").mkdir()
-    ansible_runner.run(
-        private_data_dir=str(tmp_path / "plain"), project_dir=str(PLAYBOOKS),
-        playbook="shm-size-limit.yml", envvars=ansible_env, extravars=extravars,
-        inventory=localhost_inventory(), cmdline="--check --diff", quiet=True,
+    run_ansible_playbook(
+        tmp_path / "plain", "shm-size-limit.yml", envvars=ansible_env, extravars=extravars,
+        inventory=localhost_inventory(), cmdline="--check --diff",
     )  # fmt: skip
     assert marker.exists()
 

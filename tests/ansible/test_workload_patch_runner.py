@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.ansible.conftest import run_playbook, runner_output, task_results
+from tests.tools.ansible_env import run_playbook, runner_output, task_results
 
 pytestmark = pytest.mark.ansible
 

@@ -30,13 +30,13 @@ from runbook.rundir import RunDirectory
 from tests.hardening.runs import REPO, Finished, last_line_error, one_line_error, run_now
 from tests.integration.conftest import RUNBOOKS as INTEGRATION_RUNBOOKS
 from tests.integration.conftest import cli_env
+from tests.tools import bundles
 
 pytestmark = pytest.mark.live
 
-BUNDLES = REPO / "tests" / "bundles"
 #: a recorded incident whose verdict queues a proposal (memory-limit), and another (node-drain)
-OOM = BUNDLES / "host-oom-cgroup-dir-v2"
-XID = BUNDLES / "gpu-hardware-xid79"
+OOM = bundles.path("host-oom-cgroup-dir-v2")
+XID = bundles.path("gpu-hardware-xid79")
 FILLER = "filler"
 
 

@@ -37,8 +37,9 @@ from tests.hardening.runs import RUNBOOKS, Background, Finished, check_run_dir, 
 from tests.hosts.fixtures import HostFactory
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.integration.conftest import cli_env
-from tests.integration.test_approvals import BUNDLE, checkout  # noqa: F401
+from tests.integration.test_approvals import checkout  # noqa: F401
 from tests.sweep import fleet
+from tests.tools import bundles
 
 pytestmark = [pytest.mark.live]
 
@@ -369,7 +370,7 @@ def _walk(bundle: Path, run_dir: Path | None, **kw: Any) -> dict[str, Any]:
 def test_interrupted_between_any_two_stages_the_saved_state_resumes_to_the_same_verdict(
     tmp_path: Path, bundle: str
 ) -> None:
-    path = BUNDLE.parent / bundle
+    path = bundles.path(bundle)
     whole = comparable(_walk(path, None))
     stages = len(whole["stages"])
     for done in range(1, stages):
@@ -417,7 +418,7 @@ def test_interrupted_at_an_approval_prompt_the_resume_asks_only_what_was_not_ans
     manifest = checkout / "job.yaml"
     before = manifest.read_text()
     child = _spawn(
-        ["run", "nccl-init-failure", "--target", f"replay://{BUNDLE.parent / 'article-incident'}",
+        ["run", "nccl-init-failure", "--target", f"replay://{bundles.path('article-incident')}",
          "--var", f"manifest={manifest}", "--as", "oncall", "--run-dir", str(run_dir)],
         env,
     )  # fmt: skip

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from tests.integration.conftest import cli_env
 from tests.sweep.helpers import runbook
+from tests.tools import bundles
 
-BUNDLE = Path(__file__).resolve().parents[1] / "bundles" / "article-incident"
+BUNDLE = bundles.path("article-incident")
 
 
 def mode(path: Path) -> int:

@@ -42,6 +42,7 @@ from runbook.job import kube_pods, slurm_parse
 from runbook.job.resolve_hosts import parse_hosts_file, parse_ranks
 from runbook.parsers import registry
 from runbook.transports.base import CommandResult, decode
+from tests.tools import bundles
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("RUNBOOK_HYPOTHESIS_EXAMPLES", "200"))
@@ -89,7 +90,7 @@ def _report_examples(request: pytest.FixtureRequest) -> Iterator[None]:
 def bundle_files() -> list[dict[str, CommandResult]]:
     """Every recorded bundle's files, as the replay transport reads them, plus the procmem
     captures and a recovery run (the only inputs the recorded bundles lack)."""
-    roots = [p for p in sorted((REPO / "tests" / "bundles").iterdir()) if p.is_dir()]
+    roots = [bundles.path(name) for name in bundles.names()]
     out = []
     for root in [*roots, REPO / "runbook" / "demo" / "incident"]:
         bundle = Bundle.open(root)

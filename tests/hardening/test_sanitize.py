@@ -25,10 +25,11 @@ from hypothesis import strategies as st
 from runbook.cli.app import cli
 from runbook.report.incident import sanitize_bundle
 from runbook.report.sanitize import PLACEHOLDER, Sanitizer
+from tests.tools import bundles
 
 REPO = Path(__file__).resolve().parents[2]
-BUNDLES = REPO / "tests" / "bundles"
-ALL_BUNDLES = sorted(p.parent.name for p in BUNDLES.glob("*/expected.yaml"))
+BUNDLES = bundles.root()  # every bundle composed (tests/tools/bundles.py), read-only
+ALL_BUNDLES = [n for n in bundles.names() if (BUNDLES / n / "expected.yaml").is_file()]
 #: the article's incident (pod.json, node.json, journals, nvidia-smi, lspci) and two with NCCL
 #: logs whose lines carry host names
 SAMPLES = ["article-incident", "network-socket", "gpu-memory-oom"]

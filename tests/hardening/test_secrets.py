@@ -9,7 +9,6 @@ import base64
 import json
 import logging
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -23,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runbook.redact import REDACTED, RedactingFilter, redact, redact_data, redact_lines
+from tests.tools import bundles
 
 REPO = Path(__file__).resolve().parents[2]
-BUNDLES = REPO / "tests" / "bundles"
 
 
 def _b64url(data: dict[str, str]) -> str:
@@ -299,7 +298,7 @@ def test_secrets_planted_in_a_bundle_and_a_var_reach_no_run_directory_report_or_
     tmp_path: Path,
 ) -> None:
     bundle = tmp_path / "incident"
-    shutil.copytree(BUNDLES / "network-socket", bundle)
+    bundles.materialize("network-socket", bundle)
     _plant(bundle)
     NEEDLES.append("pgPassw0rdForTests")
     try:
@@ -355,7 +354,7 @@ def test_nothing_printed_carries_a_secret_not_a_finding_not_a_verbose_walk(
     `Authorization: Bearer …`, a `-v` walk that echoes each probe's output (an env dump with
     every shape), and an error that names a URL with a password are all redacted."""
     bundle = tmp_path / "incident"
-    shutil.copytree(BUNDLES / "network-socket", bundle)
+    bundles.materialize("network-socket", bundle)
     _plant(bundle)
     bearer = SECRETS["bearer"][1]
     with (bundle / "app" / "rank-0.log").open("a") as handle:

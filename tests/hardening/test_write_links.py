@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.tools import bundles
+
 REPO = Path(__file__).resolve().parents[2]
-BUNDLE = REPO / "tests" / "bundles" / "network-socket"
+BUNDLE = bundles.path("network-socket")
 VICTIM_TEXT = "precious: must not change\n"
 
 

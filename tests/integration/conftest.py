@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.tools.ansible_env import ansible_dirs
+
 RUNBOOKS = Path(__file__).parent / "runbooks"
 
 
@@ -27,15 +29,13 @@ class CliResult:
 
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """The environment of a CLI under test: its state, config and Ansible's own dirs under
-    tmp_path (never the user's ~/.local/state, ~/.config or ~/.ansible)."""
-    ansible = tmp_path / "ansible"
+    tmp_path (never the user's ~/.local/state, ~/.config or ~/.ansible; the Ansible dirs are
+    tests/tools/ansible_env.py's)."""
     return {
         **os.environ,
         "RUNBOOK_STATE_DIR": str(tmp_path / "state"),
         "XDG_CONFIG_HOME": str(tmp_path / "config"),
-        "ANSIBLE_HOME": str(ansible),
-        "ANSIBLE_LOCAL_TEMP": str(ansible / "tmp"),
-        "ANSIBLE_REMOTE_TEMP": str(ansible / "remote-tmp"),
+        **ansible_dirs(tmp_path / "ansible"),
         "COLUMNS": "200",
     }
 

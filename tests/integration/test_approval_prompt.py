@@ -17,6 +17,7 @@ import pytest
 
 from tests.integration.conftest import cli_env
 from tests.integration.test_approvals import BUNDLE, JOB, checkout, size_limit  # noqa: F401
+from tests.tools import bundles
 
 pytestmark = pytest.mark.ansible
 
@@ -111,7 +112,7 @@ def test_two_proposals_on_one_manifest_both_apply_the_second_replanned(
     """The article's incident proposes a /dev/shm sizeLimit and a memory limit for the same
     Job: once the first is applied, the second is planned again against the file as it now
     is (its check-mode diff shows only the memory lines), and both land."""
-    child = spawn(tmp_path, checkout, BUNDLE.parent / "article-incident")
+    child = spawn(tmp_path, checkout, bundles.path("article-incident"))
     child.expect(r"shm-size-limit on gpu-node-07")
     child.expect(r"\+\s+sizeLimit: 10Gi")
     child.expect("approve / deny / skip")

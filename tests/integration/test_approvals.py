@@ -19,10 +19,11 @@ import pytest
 import yaml
 
 from tests.integration.conftest import cli_env
+from tests.tools import bundles
 
 pytestmark = pytest.mark.ansible
 
-BUNDLE = Path(__file__).parents[1] / "bundles" / "shm-exhausted"
+BUNDLE = bundles.path("shm-exhausted")
 
 JOB = """\
 apiVersion: batch/v1

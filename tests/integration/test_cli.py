@@ -11,6 +11,7 @@ import pytest
 
 from runbook.executor import PREAMBLE
 from tests.integration.conftest import RUNBOOKS
+from tests.tools import bundles
 
 DEMO = Path(__file__).resolve().parents[2] / "runbook" / "demo" / "incident"
 
@@ -260,7 +261,7 @@ def test_piped_output_is_not_hard_wrapped_at_80_columns(tmp_path) -> None:  # ty
     from tests.integration.conftest import cli_env
 
     env = {k: v for k, v in cli_env(tmp_path).items() if k != "COLUMNS"}
-    bundle = Path(__file__).resolve().parents[1] / "bundles" / "pcie-corrected-aer-only"
+    bundle = bundles.path("pcie-corrected-aer-only")
     out = subprocess.run([sys.executable, "-m", "runbook", "analyze", str(bundle)], env=env,
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     (line,) = [line for line in out.splitlines() if "ruled out pcie-error" in line]
@@ -268,7 +269,7 @@ def test_piped_output_is_not_hard_wrapped_at_80_columns(tmp_path) -> None:  # ty
 
 
 def test_a_run_with_nothing_to_queue_leaves_the_approval_store_alone(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    healthy = Path(__file__).resolve().parents[1] / "bundles" / "healthy"
+    healthy = bundles.path("healthy")
     db = tmp_path / "queue" / "approvals.db"
     result = cli("run", "nccl-init-failure", "--target", f"replay://{healthy}", "--no-input",
                  "--db", str(db), "--run-dir", str(tmp_path / "run"))  # fmt: skip

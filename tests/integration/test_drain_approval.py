@@ -8,7 +8,6 @@ kubectl, the CLI, SQLite and the audit trail are real.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,10 @@ from runbook.config import load
 from runbook.remedies.approval import Desk, Refused
 from runbook.verdict import Proposal, Verdict
 from tests.k8s.fixtures import k8s_api, kubectl_env  # noqa: F401
+from tests.tools import bundles
 
 pytestmark = pytest.mark.ansible
 
-BUNDLES = Path(__file__).parents[1] / "bundles"
 
 
 def seed_node(api, bundle: Path) -> str:  # type: ignore[no-untyped-def]
@@ -48,7 +47,7 @@ def test_a_drain_is_refused_by_the_guard_when_the_pool_already_has_a_cordoned_no
     cli, k8s_api, tmp_path: Path  # noqa: F811
 ) -> None:
     bundle = tmp_path / "xid79"
-    shutil.copytree(BUNDLES / "gpu-hardware-xid79", bundle)
+    bundles.materialize("gpu-hardware-xid79", bundle)
     node = seed_node(k8s_api, bundle)
     cordon(k8s_api, "gpu-node-01")
     env = kubectl_env(k8s_api, tmp_path)
@@ -71,7 +70,7 @@ def test_a_drain_is_refused_by_the_guard_when_the_pool_already_has_a_cordoned_no
 
 
 def test_a_memory_verdict_never_proposes_a_drain(cli) -> None:
-    ran = cli("run", "nccl-init-failure", "--target", f"replay://{BUNDLES / 'article-incident'}",
+    ran = cli("run", "nccl-init-failure", "--target", f"replay://{bundles.path('article-incident')}",
               "--no-input", "--format", "json", timeout=120)
     assert ran.rc == 0, ran.stderr
     verdict = ran.json()

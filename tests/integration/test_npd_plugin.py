@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from tests.tools import bundles
+
 tomllib = importlib.import_module("tomllib")  # Python 3.11+, as the suite runs
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "node-problem-detector"
 MONITOR = EXAMPLE / "gpu-training-fault-monitor.json"
-BUNDLES = ROOT / "tests" / "bundles"
 DCGM = ROOT / "tests" / "unit" / "parsers" / "samples" / "dcgm"
 F_HEALTH = "dcgmi-health.txt"
 #: Go's time.ParseDuration, as NPD parses invoke_interval and timeouts
@@ -55,7 +55,7 @@ def npd(argv: list[str]) -> subprocess.CompletedProcess[str]:
 
 def bundle_with(tmp_path: Path, files: dict[str, str]) -> Path:
     root = tmp_path / "bundle"
-    shutil.copytree(BUNDLES / "healthy", root)
+    bundles.materialize("healthy", root)
     for name, text in files.items():
         (root / name).write_text(text)
     return root
@@ -124,7 +124,7 @@ def test_the_rule_runs_the_installed_runbook_command_with_arguments_it_accepts()
 def test_the_rule_exits_as_npd_expects_with_one_short_line(
     bundle: str, status: int, starts: str
 ) -> None:
-    proc = npd(rule_argv(f"replay://{BUNDLES / bundle}"))
+    proc = npd(rule_argv(f"replay://{bundles.path(bundle)}"))
     assert proc.returncode == status, (proc.stdout, proc.stderr)
     lines = proc.stdout.splitlines()
     assert len(lines) == 1 and len(lines[0]) <= 80, lines
@@ -143,7 +143,7 @@ def test_a_dcgm_health_failure_sets_the_condition_and_a_warning_does_not(tmp_pat
 
 
 def test_the_message_fits_a_smaller_max_output_length() -> None:
-    argv = rule_argv(f"replay://{BUNDLES / 'gpu-hardware-xid79'}")
+    argv = rule_argv(f"replay://{bundles.path('gpu-hardware-xid79')}")
     argv[argv.index("--max-output-length") + 1] = "40"
     proc = npd(argv)
     assert proc.returncode == 1
@@ -167,7 +167,7 @@ def test_a_check_that_cannot_run_is_unknown_with_its_reason_on_stdout(target: st
 
 
 def test_json_gives_the_same_status_and_message_for_other_health_agents() -> None:
-    argv = rule_argv(f"replay://{BUNDLES / 'gpu-hardware-xid79'}")
+    argv = rule_argv(f"replay://{bundles.path('gpu-hardware-xid79')}")
     text = npd(argv)
     as_json = npd([*argv, "--format", "json"])
     assert as_json.returncode == text.returncode == 1

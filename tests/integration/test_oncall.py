@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from tests.sweep.helpers import parse_prom, promtool_check
+from tests.tools import bundles
 
-BUNDLE = Path(__file__).parents[1] / "bundles" / "shm-exhausted"
+BUNDLE = bundles.path("shm-exhausted")
 TOKEN = "T0AAAA/B0BBBB/s3cr3tw3bh00ktok3n"
 
 

@@ -19,8 +19,13 @@ from typing import Any
 import ansible_runner
 import pytest
 
-from tests.k8s.ansible_run import output, run_playbook, task_result
 from tests.k8s.fixtures import KubeApi
+from tests.tools.ansible_env import (
+    ansible_environment,
+    run_playbook,
+    runner_output,
+    task_result,
+)
 
 pytestmark = pytest.mark.ansible
 
@@ -48,9 +53,9 @@ def apply(
     api: KubeApi, tmp_path: Path, name: str, manifest: str, *, check: bool
 ) -> ansible_runner.Runner:
     return run_playbook(
-        tmp_path,
-        name,
+        tmp_path / name,
         "shm-size-limit.yml",
+        envvars=ansible_environment(tmp_path / "ansible"),
         extravars={
             "workload_patch_manifest": str(FIXTURES / manifest),
             "workload_patch_patch": shm_patch("24Gi"),
@@ -60,7 +65,7 @@ def apply(
             "workload_patch_kubeconfig": str(api.kubeconfig),
             "workload_patch_context": api.context,
         },
-        check=check,
+        cmdline="--check --diff" if check else "--diff",
     )
 
 
@@ -81,7 +86,7 @@ def test_check_mode_shows_the_servers_dry_run_diff_then_the_apply_sets_the_size_
     assert shm_volume(before) == {"emptyDir": {"medium": "Memory"}, "name": "dshm"}
 
     check = apply(k8s_api, tmp_path, "check", "llm-serve-deployment.yaml", check=True)
-    assert check.status == "successful", output(check)
+    assert check.status == "successful", runner_output(check)
     (dry,) = k8s_api.writes()
     assert dry.dry_run and dry.method == "PATCH"
     assert dry.path == "/apis/apps/v1/namespaces/ml/deployments/llm-serve"
@@ -96,7 +101,7 @@ def test_check_mode_shows_the_servers_dry_run_diff_then_the_apply_sets_the_size_
 
     k8s_api.clear_log()
     real = apply(k8s_api, tmp_path, "real", "llm-serve-deployment.yaml", check=False)
-    assert real.status == "successful", output(real)
+    assert real.status == "successful", runner_output(real)
     (patch,) = k8s_api.writes()
     assert not patch.dry_run and patch.status == 200
     assert patch.content_type == "application/strategic-merge-patch+json"
@@ -113,6 +118,6 @@ def test_check_mode_shows_the_servers_dry_run_diff_then_the_apply_sets_the_size_
     assert task_result(real, "ok", APPLY)["res"]["changed"] is True
 
     again = apply(k8s_api, tmp_path, "again", "llm-serve-deployment.yaml", check=False)
-    assert again.status == "successful", output(again)
+    assert again.status == "successful", runner_output(again)
     assert task_result(again, "ok", APPLY)["res"]["changed"] is False
     assert k8s_api.state.get("deployments", "llm-serve", "ml") == after

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.k8s.ansible_run import REPO, VENV_BIN, ansible_env
 from tests.k8s.fixtures import KubeApi
+from tests.tools.ansible_env import REPO, VENV_BIN, ansible_environment
 
 pytestmark = pytest.mark.ansible
 
@@ -27,7 +27,7 @@ def test_molecule_drains_once_then_changes_nothing_and_verifies(
     """Double of the API (no API server here): the idempotence converge writes nothing."""
     env = {
         **os.environ,
-        **ansible_env(tmp_path / "ansible"),
+        **ansible_environment(tmp_path / "ansible"),
         "MOLECULE_EPHEMERAL_DIRECTORY": str(tmp_path / "molecule"),
         "NCCL_RUNBOOK_TEST_KUBECONFIG": str(k8s_api.kubeconfig),
         "NO_COLOR": "1",

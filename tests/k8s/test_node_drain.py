@@ -20,9 +20,14 @@ import ansible_runner
 import pytest
 
 from runbook.remedies.guards import drain_guard
-from tests.k8s.ansible_run import output, run_playbook, task_result
 from tests.k8s.fixtures import KubeApi
 from tests.k8s.store import PDB_VIOLATION
+from tests.tools.ansible_env import (
+    ansible_environment,
+    run_playbook,
+    runner_output,
+    task_result,
+)
 
 pytestmark = pytest.mark.ansible
 
@@ -50,9 +55,9 @@ def drain(
     api: KubeApi, tmp_path: Path, name: str, *, check: bool = False, **extra: Any
 ) -> ansible_runner.Runner:
     return run_playbook(
-        tmp_path,
-        name,
+        tmp_path / name,
         "node-drain.yml",
+        envvars=ansible_environment(tmp_path / "ansible"),
         extravars={
             "node_drain_node": NODE,
             "node_drain_kubeconfig": str(api.kubeconfig),
@@ -60,7 +65,7 @@ def drain(
             **extra,
         },
         inventory=INVENTORY,
-        check=check,
+        cmdline="--check --diff" if check else "--diff",
     )
 
 
@@ -71,7 +76,7 @@ def test_check_mode_writes_nothing_then_the_drain_cordons_and_evicts_through_the
     reported as the change. Real run: one cordon patch, one eviction per evictable pod (never
     a DELETE: the eviction API is what makes the budget count), the DaemonSet pod left."""
     check = drain(k8s_api, tmp_path, "check", check=True)
-    assert check.status == "successful", output(check)
+    assert check.status == "successful", runner_output(check)
     assert k8s_api.writes() == [], "check mode wrote to the cluster"
     guard = task_result(check, "ok", "Refuse a drain past the blast-radius limits")["res"]
     assert guard["msg"] == (
@@ -90,7 +95,7 @@ def test_check_mode_writes_nothing_then_the_drain_cordons_and_evicts_through_the
 
     k8s_api.clear_log()
     real = drain(k8s_api, tmp_path, "real")
-    assert real.status == "successful", output(real)
+    assert real.status == "successful", runner_output(real)
     writes = k8s_api.writes()
     assert [(w.method, w.path) for w in writes] == [
         ("PATCH", f"/api/v1/nodes/{NODE}"),
@@ -131,7 +136,7 @@ def test_the_guard_refuses_when_another_pool_node_is_already_cordoned(
     k8s_api.state.put(other)
 
     run = drain(k8s_api, tmp_path, "refused")
-    assert run.status == "failed", output(run)
+    assert run.status == "failed", runner_output(run)
     failed = task_result(run, "failed", "Refuse a drain past the blast-radius limits")
     expected = drain_guard(
         [k8s_api.state.get("nodes", n) or {} for n in k8s_api.state.names("nodes")],
@@ -165,7 +170,7 @@ def test_a_budget_with_no_disruption_left_stops_the_drain_and_the_node_stays_cor
     assert pdb is not None and pdb["status"]["disruptionsAllowed"] == 0
 
     run = drain(k8s_api, tmp_path, "blocked")
-    assert run.status == "failed", output(run)
+    assert run.status == "failed", runner_output(run)
     failed = task_result(run, "failed", "Cordon the node and evict its pods")
     assert failed["res"]["msg"] == f"Failed to delete pod ml/{SERVE_HERE} due to: {PDB_VIOLATION}"
     writes = k8s_api.writes()

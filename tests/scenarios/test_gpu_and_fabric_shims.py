@@ -287,14 +287,15 @@ def test_the_approved_ab_remedy_on_the_rdma_node_reports_ib_failing_and_socket_p
     from runbook.remedies.approval import Desk
     from runbook.remedies.live import recheck
     from runbook.remedies.plans import Target
-    from tests.ansible.shims import install_ab_all_reduce_perf
+    from tests.tools.ansible_env import ansible_dirs
+    from tests.tools.collective import install_ab_all_reduce_perf
 
     node = shim_nodes["rdma-label"]
     calls = install_ab_all_reduce_perf(node.host)
     argv = node.diagnosis.argv
     variables = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--var")
-    for name in ("ANSIBLE_HOME", "ANSIBLE_LOCAL_TEMP", "ANSIBLE_REMOTE_TEMP"):
-        monkeypatch.setenv(name, str(tmp_path / "ansible" / name.lower()))
+    for name, value in ansible_dirs(tmp_path / "ansible").items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("RUNBOOK_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     target = Target(

@@ -29,6 +29,7 @@ import yaml
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.scenarios import shims
 from tests.scenarios.shims import Output
+from tests.tools.ansible_env import ssh_vars
 
 HEALTHY_PROFILE = "healthy-8gpu"
 KINDS = ("healthy", "oom", "xid", "hang", "stopped", "rekeyed")
@@ -126,16 +127,7 @@ def resume(hosts: Iterable[tuple[TestHost, str]]) -> None:
 
 def group_vars(network: HostNetwork, known_hosts: Path) -> dict[str, Any]:
     """How every host is reached, as an inventory's `all: vars:` would say it."""
-    return {
-        "ansible_user": "root",
-        "ansible_ssh_private_key_file": str(network.client_key.private_path),
-        "ansible_ssh_common_args": (
-            f"-F /dev/null -o UserKnownHostsFile={known_hosts} "
-            "-o GlobalKnownHostsFile=/dev/null -o StrictHostKeyChecking=yes "
-            "-o IdentitiesOnly=yes -o BatchMode=yes -o ConnectTimeout=10"
-        ),
-        "ansible_python_interpreter": "/usr/bin/python3",
-    }
+    return ssh_vars(network, known_hosts)
 
 
 def inventory(

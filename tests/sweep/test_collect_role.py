@@ -6,36 +6,23 @@ the same root cause and the same first anomaly on every host."""
 
 from __future__ import annotations
 
-import shutil
 import tarfile
-import tempfile
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import ansible_runner
 import pytest
 import yaml
 
 from runbook.spec import load_file, resolve
 from runbook.sweep.plan import collection_plan, dump_plan
-from tests.ansible.conftest import PLAYBOOKS, ansible_environment
 from tests.sweep import fleet
 from tests.sweep.helpers import runbook
+from tests.tools.ansible_env import run_playbook
 
 pytestmark = [pytest.mark.ansible, pytest.mark.ssh]
 
 KINDS = ["healthy", "oom", "xid"]
-
-
-@pytest.fixture
-def ansible_env(tmp_path: Path) -> Iterator[dict[str, str]]:
-    control = Path(tempfile.mkdtemp(prefix="rbk-cp-", dir="/tmp"))
-    try:
-        yield ansible_environment(tmp_path / "ansible", control)
-    finally:
-        shutil.rmtree(control, ignore_errors=True)
 
 
 def test_ansible_collection_and_live_sweep_give_the_same_verdicts(
@@ -59,12 +46,9 @@ def test_ansible_collection_and_live_sweep_give_the_same_verdicts(
     remote = tmp_path / "node-work"  # the hosts share this filesystem: look at it afterwards
     remote.mkdir()
     bundles = tmp_path / "bundles"
-    private = tmp_path / "runner"
-    private.mkdir()
-    result = ansible_runner.run(
-        private_data_dir=str(private),
-        project_dir=str(PLAYBOOKS),
-        playbook="collect.yml",
+    result = run_playbook(
+        tmp_path / "runner",
+        "collect.yml",
         inventory=str(inventory),
         envvars=ansible_env,
         extravars={
@@ -72,7 +56,6 @@ def test_ansible_collection_and_live_sweep_give_the_same_verdicts(
             "evidence_collect_remote_dir": str(remote),
         },
         cmdline=f"-e @{plan}",
-        quiet=True,
     )
     assert (result.status, result.rc) == ("successful", 0), result.stdout.read()[-4000:]
     assert sorted(p.name for p in bundles.iterdir()) == [f"{n}.tar.gz" for n in sorted(hosts)]

@@ -23,6 +23,7 @@ from runbook.sweep.inventory import (
 from runbook.sweep.sshargs import parse_ssh_args
 from tests.sweep import fleet
 from tests.sweep.helpers import HOSTNAME_RUNBOOK, REPO, runbook
+from tests.tools.ansible_env import ansible_dirs
 
 
 def by_name(entries: list[HostEntry]) -> dict[str, HostEntry]:
@@ -32,8 +33,8 @@ def by_name(entries: list[HostEntry]) -> dict[str, HostEntry]:
 @pytest.fixture(autouse=True)
 def _ansible_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ansible-inventory writes nothing outside the test's temp dir."""
-    monkeypatch.setenv("ANSIBLE_HOME", str(tmp_path / "ansible"))
-    monkeypatch.setenv("ANSIBLE_LOCAL_TEMP", str(tmp_path / "ansible" / "tmp"))
+    for name, value in ansible_dirs(tmp_path / "ansible").items():
+        monkeypatch.setenv(name, value)
 
 
 YAML_INVENTORY = """

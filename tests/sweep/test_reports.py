@@ -22,10 +22,11 @@ from runbook.sweep.reports import write_reports
 from runbook.sweep.results import HostResult, HostStatus, SweepResult
 from runbook.verdict import Verdict
 from tests.sweep.helpers import REPO, parse_prom
+from tests.tools import bundles
 
 JUNIT_XSD = REPO / "tests" / "fixtures" / "junit" / "junit-10.xsd"
 
-CORPUS = REPO / "tests" / "bundles"
+CORPUS = bundles.root()  # every bundle composed (tests/tools/bundles.py), read-only
 PICKED = (
     "healthy",
     "gpu-hardware-xid79",

@@ -1,6 +1,6 @@
-"""Score `runbook analyze` on the real-incident bundles (tests/bundles/real-*): root cause and
-first anomaly (file and line) against each bundle's expected.yaml, by root cause and by evidence
-format. Prints a Markdown table.
+"""Score `runbook analyze` on the real-incident bundles (tests/bundles/real-*, composed by
+tests/tools/bundles.py): root cause and first anomaly (file and line) against each bundle's
+expected.yaml, by root cause and by evidence format. Prints a Markdown table.
 
     .venv/bin/python tests/tools/corpus_score.py                # this checkout
     .venv/bin/python tests/tools/corpus_score.py --pythonpath DIR   # another checkout's package
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import yaml
 
-BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the checkout
+from tests.tools import bundles
 
 
 def verdict(bundle: Path, pythonpath: str | None) -> dict[str, object]:
@@ -41,7 +42,7 @@ def main() -> int:
     ap.add_argument("--pythonpath", help="import the runbook package from this directory")
     args = ap.parse_args()
     rows = []
-    for d in sorted(BUNDLES.glob("real-*")):
+    for d in [bundles.path(n) for n in bundles.names() if n.startswith("real-")]:
         want = yaml.safe_load((d / "expected.yaml").read_text())
         v = verdict(d, args.pythonpath)
         cause_ok = v.get("root_cause") == want["root_cause"]

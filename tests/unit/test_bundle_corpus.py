@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +30,9 @@ import yaml
 from click.testing import CliRunner
 
 from runbook.cli.app import cli
+from tests.tools import bundles
 
-BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
-NAMES = sorted(p.parent.name for p in BUNDLES.glob("*/expected.yaml"))
+NAMES = [n for n in bundles.names() if (bundles.path(n) / "expected.yaml").is_file()]
 ROOT_CAUSES = {
     "host-memory-oom", "gpu-memory-oom", "gpu-hardware", "pcie-error", "shm-exhausted",
     "p2p-unavailable", "rdma-misconfigured", "network-socket", "peer-rank-exited", "healthy",
@@ -44,14 +43,14 @@ HARDWARE_VERDICTS = {"gpu-hardware", "pcie-error"}
 
 
 def expected(name: str) -> dict[str, Any]:
-    data = yaml.safe_load((BUNDLES / name / "expected.yaml").read_text())
+    data = yaml.safe_load((bundles.path(name) / "expected.yaml").read_text())
     assert isinstance(data, dict), f"{name}/expected.yaml is not a mapping"
     return data
 
 
 @functools.cache
 def verdict(name: str) -> dict[str, Any]:
-    args = ["analyze", str(BUNDLES / name), "--format", "json"]
+    args = ["analyze", str(bundles.path(name)), "--format", "json"]
     for key, value in (expected(name).get("vars") or {}).items():
         args += ["--var", f"{key}={value}"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
@@ -96,10 +95,10 @@ def test_the_corpus_has_a_bundle_for_every_root_cause() -> None:
 
 
 def test_every_bundle_directory_has_a_bundle_yaml_and_an_expected_verdict() -> None:
-    dirs = sorted(p.name for p in BUNDLES.iterdir() if p.is_dir())
+    dirs = bundles.names()
     assert dirs == NAMES
     for name in dirs:
-        meta = yaml.safe_load((BUNDLES / name / "bundle.yaml").read_text())
+        meta = yaml.safe_load((bundles.path(name) / "bundle.yaml").read_text())
         assert meta["format"] == 1 and meta["node"] and meta["collected_at"], name
         assert expected(name).get("proves"), f"{name}/expected.yaml says nothing it proves"
 

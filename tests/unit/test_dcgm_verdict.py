@@ -6,7 +6,6 @@ differ between cases."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +13,15 @@ import pytest
 from click.testing import CliRunner
 
 from runbook.cli.app import cli
+from tests.tools import bundles
 
-BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
 SAMPLES = Path(__file__).resolve().parent / "parsers" / "samples" / "dcgm"
 
 
 def bundle_with(tmp_path: Path, files: dict[str, str]) -> Path:
     """The healthy bundle plus `files` (bundle name -> content; `X.rc`/`X.err` as DESIGN §4)."""
     root = tmp_path / "bundle"
-    shutil.copytree(BUNDLES / "healthy", root)
+    bundles.materialize("healthy", root)
     (root / "expected.yaml").unlink()
     for name, text in files.items():
         (root / name).write_text(text)
@@ -95,7 +94,7 @@ def test_a_dcgm_warning_alone_is_no_drain_and_the_node_stays_healthy(tmp_path: P
 def test_a_node_without_dcgm_gets_the_same_verdict_as_before(
     tmp_path: Path, files: dict[str, str]
 ) -> None:
-    before = analyze(BUNDLES / "healthy")
+    before = analyze(bundles.path("healthy"))
     v = analyze(bundle_with(tmp_path, files))
     assert (v["root_cause"], v["confidence"]) == (before["root_cause"], before["confidence"])
     assert v["chain"] == [] and v["also_seen"] == before["also_seen"]

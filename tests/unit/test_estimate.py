@@ -19,11 +19,11 @@ from runbook.parsers import get
 from runbook.remedies import advice, estimate
 from runbook.remedies.estimate import EstimateError, Input, Inputs, compute
 from runbook.transports.base import CommandResult
+from tests.tools import bundles
 
 HERE = Path(__file__).parent
 SAMPLES = HERE / "procmem_samples"
 PARSER_SAMPLES = HERE / "parsers" / "samples"
-BUNDLES = HERE.parent / "bundles"
 MiB, GiB, TiB = 1 << 20, 1 << 30, 1 << 40
 
 
@@ -280,7 +280,7 @@ def test_params_of_a_real_memory_limit_proposal_give_the_same_estimate_as_the_fa
     from click.testing import CliRunner
 
     pod = "pod3b9c2e10-7d4a-4c1e-9f00-2a6b8c7d9e01"
-    args = ["analyze", str(BUNDLES / "host-oom-cgroup-dir-v1"), "--format", "json", "--var",
+    args = ["analyze", str(bundles.path("host-oom-cgroup-dir-v1")), "--format", "json", "--var",
             f"cgroup_dir=/sys/fs/cgroup/memory/kubepods/burstable/{pod}"]  # fmt: skip
     verdict = json.loads(CliRunner().invoke(cli, args, catch_exceptions=False).stdout)
     proposal = next(p for p in verdict["proposals"] if p["kind"] == "memory-limit")

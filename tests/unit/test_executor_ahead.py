@@ -10,14 +10,14 @@ walk that sent them ahead can reach."""
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 
 from runbook.executor import PREAMBLE, NullObserver, execute
 from runbook.spec.loader import load_file, load_text, resolve
 from runbook.transports.base import CommandResult, Probe
 from runbook.transports.replay import ReplayTransport
+from tests.tools import bundles
 
-BUNDLE = Path(__file__).resolve().parents[1] / "bundles" / "article-incident"
+BUNDLE = bundles.path("article-incident")
 
 RUNBOOK = """
 id: ahead

@@ -11,8 +11,9 @@ from runbook.executor import execute
 from runbook.spec.loader import load_file, resolve
 from runbook.transports.base import CommandResult, Probe
 from runbook.transports.replay import ReplayTransport
+from tests.tools import bundles
 
-BUNDLE = Path(__file__).resolve().parents[1] / "bundles" / "peer-rank-exited"
+BUNDLE = bundles.path("peer-rank-exited")
 
 
 class CountingReplay(ReplayTransport):

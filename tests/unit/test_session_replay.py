@@ -7,17 +7,15 @@ failure)."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 from runbook.session import analyze, replay_context
 from runbook.transports.replay import ReplayTransport
-
-BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+from tests.tools import bundles
 
 
 def test_a_bundle_lends_its_node_and_the_collectors_variables_and_the_callers_win() -> None:
-    transport = ReplayTransport(BUNDLES / "network-socket")
+    transport = ReplayTransport(bundles.path("network-socket"))
     try:
         given = {"pod": "mine-0"}
         node, merged, context = replay_context(transport, given)
@@ -35,7 +33,7 @@ def test_a_bundle_lends_its_node_and_the_collectors_variables_and_the_callers_wi
 def _with_ib_hca(tmp_path: Path) -> Path:
     """network-socket whose pod asks for an HCA the node does not have."""
     bundle = tmp_path / "incident"
-    shutil.copytree(BUNDLES / "network-socket", bundle)
+    bundles.materialize("network-socket", bundle)
     nccl = next((bundle / "nccl").glob("*.log"))
     with nccl.open("a") as handle:
         handle.write(

@@ -66,12 +66,11 @@ def test_fields_a_newer_writer_adds_are_kept() -> None:
 
 def test_report_on_a_damaged_verdict_json_says_which_field_in_one_line(tmp_path: Any) -> None:
     import json
-    import shutil
 
-    from .test_bundle_corpus import BUNDLES
+    from tests.tools import bundles
 
     run = tmp_path / "run"
-    shutil.copytree(BUNDLES / "healthy", run / "bundle")
+    bundles.materialize("healthy", run / "bundle")
     data = copy.deepcopy(verdict("healthy"))
     data["confidence"] = "certain"
     (run / "verdict.json").write_text(json.dumps(data))

@@ -4,7 +4,6 @@ pod, healthy against inconclusive, parser failures that stay visible."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,7 @@ from click.testing import CliRunner
 
 from runbook.cli.app import cli
 from runbook.parsers import registry
-
-BUNDLES = Path(__file__).resolve().parents[1] / "bundles"
+from tests.tools import bundles
 
 
 def analyze(bundle: Path, *extra: str) -> dict[str, Any]:
@@ -28,7 +26,7 @@ def analyze(bundle: Path, *extra: str) -> dict[str, Any]:
 
 def copy_without(tmp_path: Path, name: str, *drop: str) -> Path:
     dest = tmp_path / name
-    shutil.copytree(BUNDLES / name, dest)
+    bundles.materialize(name, dest)
     for item in drop:
         (dest / item).unlink()
     (dest / "expected.yaml").unlink()
@@ -57,9 +55,9 @@ def test_an_unattributed_oom_alone_is_low_confidence(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("unrelated", ["lspci.txt", "journal-containerd.txt", "meminfo.txt"])
 def test_healthy_does_not_flip_on_an_unrelated_file(tmp_path: Path, unrelated: str) -> None:
-    if not (BUNDLES / "healthy" / unrelated).exists():
+    if not (bundles.path("healthy") / unrelated).exists():
         pytest.fail(f"the healthy bundle lost {unrelated}: pick another unrelated file")
-    full = analyze(BUNDLES / "healthy")
+    full = analyze(bundles.path("healthy"))
     bundle = copy_without(tmp_path, "healthy", unrelated)
     assert full["root_cause"] == "healthy"
     assert analyze(bundle)["root_cause"] == "healthy"
@@ -85,14 +83,14 @@ def test_a_failing_parser_is_reported_in_every_format_and_the_rest_is_still_read
     entry = registry.get("host")
     monkeypatch.setitem(registry._REGISTRY, "host", registry.ParserEntry("host", broken, ""))
     try:
-        v = analyze(BUNDLES / "shm-exhausted")
+        v = analyze(bundles.path("shm-exhausted"))
         stage = next(s for s in v["stages"] if s["id"] == "shm-p2p")
         assert stage["status"] in ("error", "anomaly")
         assert any("parser host failed" in e for e in stage["errors"])
         assert stage["facts"]["nccl_log"]["collected"]  # the stage's other parser still read
         for fmt in ("text", "markdown"):
             out = CliRunner().invoke(
-                cli, ["analyze", str(BUNDLES / "shm-exhausted"), "--format", fmt]
+                cli, ["analyze", str(bundles.path("shm-exhausted")), "--format", fmt]
             ).output
             assert "parser host failed" in out, fmt
     finally:
