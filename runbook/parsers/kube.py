@@ -210,71 +210,15 @@ def _killed(t: Termination | None) -> bool:
 
 def _pod(obj: dict[str, Any]) -> PodFacts:
     meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
-    statuses: dict[tuple[bool, str], dict[str, Any]] = {}
-    for init, key in ((False, "containerStatuses"), (True, "initContainerStatuses")):
-        for cs in _l(status.get(key)):
-            cs = _d(cs)
-            if isinstance(cs.get("name"), str):
-                statuses[(init, cs["name"])] = cs
-    volumes: list[VolumeFacts] = []
-    mem_volumes: set[str] = set()
-    mounts: dict[str, list[str]] = {}
+    volumes = _volumes(spec)
+    in_memory = {v.name for v in volumes if v.medium == "Memory"}
+    statuses = _container_statuses(status)
     containers: list[ContainerFacts] = []
-    for key in ("containers", "initContainers"):
-        for c in _l(spec.get(key)):
-            c = _d(c)
-            for vm in _l(c.get("volumeMounts")):
-                vm = _d(vm)
-                if isinstance(vm.get("name"), str) and isinstance(vm.get("mountPath"), str):
-                    mounts.setdefault(vm["name"], []).append(vm["mountPath"])
-    for v in _l(spec.get("volumes")):
-        v = _d(v)
-        name = _s(v.get("name")) or ""
-        kind = next((k for k in v if k != "name"), "unknown")
-        ed = _d(v.get("emptyDir")) if "emptyDir" in v else None
-        medium = _s(ed.get("medium")) if ed is not None else None
-        if medium == "Memory":
-            mem_volumes.add(name)
-        volumes.append(
-            VolumeFacts(
-                name=name,
-                kind=kind,
-                medium=medium or None,
-                size_limit_bytes=parse_quantity(ed.get("sizeLimit")) if ed is not None else None,
-                mounted_at=tuple(mounts.get(name, ())),
-            )
-        )
     for init, key in ((False, "containers"), (True, "initContainers")):
-        for c in _l(spec.get(key)):
-            c = _d(c)
-            name = _s(c.get("name")) or ""
-            res = _d(c.get("resources"))
-            cs = statuses.get((init, name), {})
-            state = _d(cs.get("state"))
-            term = _termination(state.get("terminated"))
-            last = _termination(_d(cs.get("lastState")).get("terminated"))
-            shm = tuple(
-                _s(_d(vm).get("mountPath")) or ""
-                for vm in _l(c.get("volumeMounts"))
-                if _d(vm).get("name") in mem_volumes
-            )
-            containers.append(
-                ContainerFacts(
-                    name=name,
-                    init=init,
-                    restarts=_i(cs.get("restartCount")) or 0,
-                    ready=cs.get("ready") if isinstance(cs.get("ready"), bool) else None,
-                    state=next(iter(state), None),
-                    terminated=term,
-                    last_terminated=last,
-                    memory_request_bytes=parse_quantity(_d(res.get("requests")).get("memory")),
-                    memory_limit_bytes=parse_quantity(_d(res.get("limits")).get("memory")),
-                    oom_killed=any(t is not None and t.oom_killed for t in (term, last)),
-                    sigkilled=_killed(term) or _killed(last),
-                    container_id=_s(cs.get("containerID")),
-                    shm_mounts=shm,
-                )
-            )
+        for item in _l(spec.get(key)):
+            container = _d(item)
+            status_of = statuses.get((init, _s(container.get("name")) or ""), {})
+            containers.append(_container(container, init, status_of, in_memory))
     main = [c for c in containers if not c.init]
     limits = [c.memory_limit_bytes for c in main]
     requests = [c.memory_request_bytes for c in main]
@@ -299,6 +243,76 @@ def _pod(obj: dict[str, Any]) -> PodFacts:
         restarts=sum(c.restarts for c in containers),
         cgroup_paths=tuple(pod_cgroup_paths(uid, qos)) if uid else (),
         labels=labels,
+    )
+
+
+def _container_statuses(status: dict[str, Any]) -> dict[tuple[bool, str], dict[str, Any]]:
+    """The pod's container statuses by (init container, name)."""
+    statuses: dict[tuple[bool, str], dict[str, Any]] = {}
+    for init, key in ((False, "containerStatuses"), (True, "initContainerStatuses")):
+        for item in _l(status.get(key)):
+            container_status = _d(item)
+            if isinstance(container_status.get("name"), str):
+                statuses[(init, container_status["name"])] = container_status
+    return statuses
+
+
+def _volumes(spec: dict[str, Any]) -> list[VolumeFacts]:
+    """The pod's volumes, each with where its containers mount it."""
+    mounts: dict[str, list[str]] = {}
+    for key in ("containers", "initContainers"):
+        for container in _l(spec.get(key)):
+            for item in _l(_d(container).get("volumeMounts")):
+                mount = _d(item)
+                if isinstance(mount.get("name"), str) and isinstance(mount.get("mountPath"), str):
+                    mounts.setdefault(mount["name"], []).append(mount["mountPath"])
+    volumes: list[VolumeFacts] = []
+    for item in _l(spec.get("volumes")):
+        volume = _d(item)
+        name = _s(volume.get("name")) or ""
+        empty_dir = _d(volume.get("emptyDir")) if "emptyDir" in volume else None
+        medium = _s(empty_dir.get("medium")) if empty_dir is not None else None
+        size_limit = parse_quantity(empty_dir.get("sizeLimit")) if empty_dir is not None else None
+        volumes.append(
+            VolumeFacts(
+                name=name,
+                kind=next((k for k in volume if k != "name"), "unknown"),
+                medium=medium or None,
+                size_limit_bytes=size_limit,
+                mounted_at=tuple(mounts.get(name, ())),
+            )
+        )
+    return volumes
+
+
+def _container(
+    spec: dict[str, Any], init: bool, status: dict[str, Any], in_memory: set[str]
+) -> ContainerFacts:
+    """One container: its spec's memory request and limit and /dev/shm-like mounts (of the
+    volumes in memory), its status's restarts, state and terminations."""
+    resources = _d(spec.get("resources"))
+    state = _d(status.get("state"))
+    terminated = _termination(state.get("terminated"))
+    last = _termination(_d(status.get("lastState")).get("terminated"))
+    shm = tuple(
+        _s(_d(mount).get("mountPath")) or ""
+        for mount in _l(spec.get("volumeMounts"))
+        if _d(mount).get("name") in in_memory
+    )
+    return ContainerFacts(
+        name=_s(spec.get("name")) or "",
+        init=init,
+        restarts=_i(status.get("restartCount")) or 0,
+        ready=status.get("ready") if isinstance(status.get("ready"), bool) else None,
+        state=next(iter(state), None),
+        terminated=terminated,
+        last_terminated=last,
+        memory_request_bytes=parse_quantity(_d(resources.get("requests")).get("memory")),
+        memory_limit_bytes=parse_quantity(_d(resources.get("limits")).get("memory")),
+        oom_killed=any(t is not None and t.oom_killed for t in (terminated, last)),
+        sigkilled=_killed(terminated) or _killed(last),
+        container_id=_s(status.get("containerID")),
+        shm_mounts=shm,
     )
 
 
