@@ -287,78 +287,117 @@ def parse_q(lines: Iterable[str], *, source: str = F_Q) -> QFacts:
     )
 
 
-def _q_leaf(b: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
-    section = path[0] if path else ""
-    v = b.v
+def _q_leaf(gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """One `key : value` line of a GPU's block, read by the section it is in (path[0])."""
     if not path:
-        if key == "Product Name":
-            v["product_name"] = _na(value)
-        elif key == "GPU UUID":
-            v["uuid"] = _na(value)
-        elif key == "GPU Recovery Action":
-            action = _na(value)
-            v["recovery_action"] = action
-            if action and action.lower() != "none":
-                b.anomalies.append(ev)
+        _q_gpu_line(gpu, key, value, ev)
         return
-    if section == "ECC Mode" and key == "Current":
-        v["ecc_mode"] = _na(value)
-    elif section == "ECC Errors" and len(path) >= 2 and not any("Sources" in p for p in path):
-        scope = path[1].lower()
-        if scope not in ("volatile", "aggregate"):
-            return
-        count = _num(value)
-        if count is None:
-            return
-        kind = " ".join([*path[2:], key])
-        if "Double Bit" in kind:
-            if key == "Total":
-                b.dbe_totals[scope] = count
-        elif "Single Bit" in kind:
-            if key == "Total":
-                b.sbe_totals[scope] = count
-        elif "Uncorrectable" in kind:
-            b.sums[f"{scope}_unc"] = b.sums.get(f"{scope}_unc", 0) + count
-        elif "Correctable" in kind:
-            b.sums[f"{scope}_cor"] = b.sums.get(f"{scope}_cor", 0) + count
-        if (
-            count
-            and ("Double Bit" in kind or "Uncorrectable" in kind)
-            and (key == "Total" or "Double Bit" not in kind)
-        ):
-            b.anomalies.append(ev)
-    elif section == "Retired Pages":
-        label = " ".join([*path[1:], key])
-        if label.startswith("Single Bit ECC"):
-            v["retired_pages_sbe"] = _num(value)
-        elif label.startswith("Double Bit ECC"):
-            v["retired_pages_dbe"] = _num(value)
-            if _num(value):
-                b.anomalies.append(ev)
-        elif label.startswith("Pending"):
-            v["retired_pages_pending"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-    elif section == "Remapped Rows" and len(path) == 1:
-        if key == "Correctable Error":
-            v["remapped_rows_correctable"] = _num(value)
-        elif key == "Uncorrectable Error":
-            v["remapped_rows_uncorrectable"] = _num(value)
-        elif key == "Pending":
-            v["remap_pending"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-        elif key == "Remapping Failure Occurred":
-            v["remap_failure"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-    elif section == "GPU Reset Status":
-        if key == "Reset Required":
-            v["reset_required"] = _yes(value)
-        elif key.startswith("Drain and Reset"):
-            v["drain_and_reset_recommended"] = _yes(value)
+    reader = _Q_SECTIONS.get(path[0])
+    if reader is not None:
+        reader(gpu, path, key, value, ev)
+
+
+def _q_gpu_line(gpu: _QGpuBuilder, key: str, value: str, ev: Evidence) -> None:
+    """A line of the GPU itself: its product name, UUID, recovery action."""
+    if key == "Product Name":
+        gpu.v["product_name"] = _na(value)
+    elif key == "GPU UUID":
+        gpu.v["uuid"] = _na(value)
+    elif key == "GPU Recovery Action":
+        action = _na(value)
+        gpu.v["recovery_action"] = action
+        if action and action.lower() != "none":
+            gpu.anomalies.append(ev)
+
+
+def _q_ecc_mode(gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    if key == "Current":
+        gpu.v["ecc_mode"] = _na(value)
+
+
+def _q_ecc_errors(gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """`ECC Errors` > Volatile|Aggregate > …: Volta's `Double Bit`/`Single Bit` blocks (their
+    `Total`), Ampere+'s `SRAM/DRAM Uncorrectable|Correctable` (summed); the `… Sources`
+    breakdown repeats those and is not counted."""
+    if len(path) < 2 or any("Sources" in p for p in path):
+        return
+    scope = path[1].lower()
+    count = _num(value)
+    if scope not in ("volatile", "aggregate") or count is None:
+        return
+    kind = " ".join([*path[2:], key])
+    if "Double Bit" in kind or "Single Bit" in kind:
+        if key == "Total":
+            totals = gpu.dbe_totals if "Double Bit" in kind else gpu.sbe_totals
+            totals[scope] = count
+    elif "Uncorrectable" in kind:
+        gpu.sums[f"{scope}_unc"] = gpu.sums.get(f"{scope}_unc", 0) + count
+    elif "Correctable" in kind:
+        gpu.sums[f"{scope}_cor"] = gpu.sums.get(f"{scope}_cor", 0) + count
+    uncorrectable = "Double Bit" in kind or "Uncorrectable" in kind
+    if count and uncorrectable and (key == "Total" or "Double Bit" not in kind):
+        gpu.anomalies.append(ev)
+
+
+def _q_retired_pages(
+    gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence
+) -> None:
+    """`Retired Pages`: single and double bit ECC pages, and pending."""
+    label = " ".join([*path[1:], key])
+    if label.startswith("Single Bit ECC"):
+        gpu.v["retired_pages_sbe"] = _num(value)
+    elif label.startswith("Double Bit ECC"):
+        gpu.v["retired_pages_dbe"] = _num(value)
+        if _num(value):
+            gpu.anomalies.append(ev)
+    elif label.startswith("Pending"):
+        gpu.v["retired_pages_pending"] = _yes(value)
         if _yes(value):
-            b.anomalies.append(ev)
+            gpu.anomalies.append(ev)
+
+
+#: `Remapped Rows` keys -> the field, and whether `Yes` is an anomaly
+_REMAPPED_ROWS = {
+    "Correctable Error": ("remapped_rows_correctable", False),
+    "Uncorrectable Error": ("remapped_rows_uncorrectable", False),
+    "Pending": ("remap_pending", True),
+    "Remapping Failure Occurred": ("remap_failure", True),
+}
+
+
+def _q_remapped_rows(
+    gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence
+) -> None:
+    """`Remapped Rows`: the row counts, and a pending remap or a failed one."""
+    entry = _REMAPPED_ROWS.get(key)
+    if len(path) != 1 or entry is None:
+        return
+    name, flag = entry
+    if not flag:
+        gpu.v[name] = _num(value)
+        return
+    gpu.v[name] = _yes(value)
+    if _yes(value):
+        gpu.anomalies.append(ev)
+
+
+def _q_reset_status(gpu: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """`GPU Reset Status`: a reset required, or a drain and reset recommended."""
+    if key == "Reset Required":
+        gpu.v["reset_required"] = _yes(value)
+    elif key.startswith("Drain and Reset"):
+        gpu.v["drain_and_reset_recommended"] = _yes(value)
+    if _yes(value):
+        gpu.anomalies.append(ev)
+
+
+_Q_SECTIONS = {
+    "ECC Mode": _q_ecc_mode,
+    "ECC Errors": _q_ecc_errors,
+    "Retired Pages": _q_retired_pages,
+    "Remapped Rows": _q_remapped_rows,
+    "GPU Reset Status": _q_reset_status,
+}
 
 
 # --- topo -m ------------------------------------------------------------------------------------
@@ -522,70 +561,65 @@ def _exit(files: Files) -> tuple[int | None, str | None]:
     return pick, EXIT_CODES.get(pick or -1, "unknown exit code")
 
 
-@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
-def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
-    def ok(name: str) -> str | None:
-        r = files.get(name)
-        return r.stdout if is_collected(r) and r.exited in (0, None) else None
+def _stdout(files: Files, name: str) -> str | None:
+    """What a file's probe printed, when it was collected and exited 0."""
+    result = files.get(name)
+    return result.stdout if is_collected(result) and result.exited in (0, None) else None
 
-    out: dict[str, Any] = {}
+
+def _exit_facts(files: Files) -> dict[str, Any]:
+    """The telling exit code (driver not loaded, GPU lost) and where it was read."""
     code, meaning = _exit(files)
-    out["exit_code"] = code
-    out["exit_meaning"] = meaning
-    out["driver_loaded"] = (
-        False
-        if code == 9
-        else (True if any(ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
-    )
-    out["gpu_lost"] = code == 15
-    # where the exit code was read: the probe's `.rc` file (DESIGN §4), with what it printed
-    out["exit_evidence"] = [
-        {
-            "source": f"{name}.rc",
-            "line": 1,
-            "time": None,
-            "text": f"exit {files[name].exited}: "
-            + " ".join((files[name].stderr or files[name].stdout or "").split())[:200],
-        }
-        for name in sorted(files)
-        if is_collected(files[name]) and files[name].exited == code and code is not None
-    ][:5]
-    text = ok(F_L)
-    listed = parse_list(iter_lines(text)) if text is not None else ()
-    out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}
-    text = ok(F_QUERY)
-    query = parse_query(iter_lines(text)) if text is not None else ()
-    out["query"] = {"collected": text is not None, "gpus": to_jsonable(query)}
-    out["gpu_count"] = len(listed) if listed else (len(query) if query else None)
-    out["driver_version"] = next((g.driver_version for g in query if g.driver_version), None)
-    text = ok(F_Q)
-    if text is not None:
-        q = parse_q(iter_lines(text))
-        out["q"] = {"collected": True, **to_jsonable(q)}
-        out["driver_version"] = out["driver_version"] or q.driver_version
-        out["uncorrectable_ecc_volatile"] = sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus)
-        out["uncorrectable_ecc_aggregate"] = sum(g.ecc_aggregate_uncorrectable or 0 for g in q.gpus)
-        out["remap_pending"] = any(g.remap_pending for g in q.gpus)
-        out["remap_failure"] = any(g.remap_failure for g in q.gpus)
-        out["retired_pages_pending"] = any(g.retired_pages_pending for g in q.gpus)
-        out["recovery_actions"] = [
+    listed_any = any(_stdout(files, n) is not None for n in (F_L, F_QUERY, F_Q))
+    return {
+        "exit_code": code,
+        "exit_meaning": meaning,
+        "driver_loaded": False if code == 9 else (True if listed_any else None),
+        "gpu_lost": code == 15,
+        # where the exit code was read: the probe's `.rc` file (DESIGN §4), with what it printed
+        "exit_evidence": [
+            {
+                "source": f"{name}.rc",
+                "line": 1,
+                "time": None,
+                "text": f"exit {files[name].exited}: "
+                + " ".join((files[name].stderr or files[name].stdout or "").split())[:200],
+            }
+            for name in sorted(files)
+            if is_collected(files[name]) and files[name].exited == code and code is not None
+        ][:5],
+    }
+
+
+def _q_facts(text: str | None, driver_version: str | None) -> dict[str, Any]:
+    """`-q`: every GPU's details, the ECC totals and what shows a fault."""
+    if text is None:
+        return {"q": {"collected": False}}
+    q = parse_q(iter_lines(text))
+    return {
+        "q": {"collected": True, **to_jsonable(q)},
+        "driver_version": driver_version or q.driver_version,
+        "uncorrectable_ecc_volatile": sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus),
+        "uncorrectable_ecc_aggregate": sum(g.ecc_aggregate_uncorrectable or 0 for g in q.gpus),
+        "remap_pending": any(g.remap_pending for g in q.gpus),
+        "remap_failure": any(g.remap_failure for g in q.gpus),
+        "retired_pages_pending": any(g.retired_pages_pending for g in q.gpus),
+        "recovery_actions": [
             {"bus_id": g.bus_id, "action": g.recovery_action}
             for g in q.gpus
             if g.recovery_action and g.recovery_action.lower() != "none"
-        ]
-        out["faulty_gpus"] = [g.bus_id for g in q.gpus if g.faulty]
-        out["anomalies"] = [to_jsonable(e) for g in q.gpus for e in g.anomalies]
-    else:
-        out["q"] = {"collected": False}
-    text = ok(F_TOPO)
-    out["topo"] = (
-        {"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
-        if text is not None
-        else {"collected": False}
-    )
+        ],
+        "faulty_gpus": [g.bus_id for g in q.gpus if g.faulty],
+        "anomalies": [to_jsonable(e) for g in q.gpus for e in g.anomalies],
+    }
+
+
+def _p2p_facts(files: Files) -> dict[str, Any]:
+    """`topo -p2p r` and `w`: each matrix, whether every pair is OK, the failing pairs."""
+    out: dict[str, Any] = {}
     p2p: dict[str, P2PFacts] = {}
     for key, name in (("p2p_read", F_P2P_R), ("p2p_write", F_P2P_W)):
-        text = ok(name)
+        text = _stdout(files, name)
         if text is not None:
             p2p[key] = parse_p2p(iter_lines(text), source=name)
             out[key] = {"collected": True, **to_jsonable(p2p[key])}
@@ -594,7 +628,29 @@ def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
     oks = [f.all_ok for f in p2p.values()]
     out["p2p_all_ok"] = None if not oks or None in oks else all(oks)
     out["p2p_failing"] = [to_jsonable(x) for f in p2p.values() for x in f.failing]
-    text = ok(F_NVLINK)
+    return out
+
+
+@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
+def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
+    out = _exit_facts(files)
+    text = _stdout(files, F_L)
+    listed = parse_list(iter_lines(text)) if text is not None else ()
+    out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}
+    text = _stdout(files, F_QUERY)
+    query = parse_query(iter_lines(text)) if text is not None else ()
+    out["query"] = {"collected": text is not None, "gpus": to_jsonable(query)}
+    out["gpu_count"] = len(listed) if listed else (len(query) if query else None)
+    out["driver_version"] = next((g.driver_version for g in query if g.driver_version), None)
+    out.update(_q_facts(_stdout(files, F_Q), out["driver_version"]))
+    text = _stdout(files, F_TOPO)
+    out["topo"] = (
+        {"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
+        if text is not None
+        else {"collected": False}
+    )
+    out.update(_p2p_facts(files))
+    text = _stdout(files, F_NVLINK)
     out["nvlink"] = (
         {"collected": True, **to_jsonable(parse_nvlink(iter_lines(text)))}
         if text is not None
