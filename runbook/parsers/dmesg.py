@@ -265,28 +265,28 @@ _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+(?:\([^)]*\))?)"
     r"(?:.*?\border=(?P<order>-?\d+))?(?:.*?oom_score_adj=(?P<adj>-?\d+))?"
 )
-_CONSTRAINT = re.compile(r"^oom-kill:constraint=(?P<c>\w+)")
-_KV = {
+_CONSTRAINT = re.compile(r"^oom-kill:constraint=(?P<constraint>\w+)")
+_CONSTRAINT_FIELDS = {
     k: re.compile(rf"[,:]{k}=([^,]*)") for k in ("oom_memcg", "task_memcg", "task", "pid", "uid")
 }
 _TASK_IN = re.compile(r"^Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
 _COUNTER = re.compile(
-    r"^(?P<kind>memory|memory\+swap|kmem|swap): usage (?P<u>\d+)kB, limit (?P<l>\d+)kB"
-    r"(?:, failcnt (?P<f>\d+))?"
+    r"^(?P<kind>memory|memory\+swap|kmem|swap): usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB"
+    r"(?:, failcnt (?P<failcnt>\d+))?"
 )
 _STATS_FOR = re.compile(r"^Memory cgroup stats for (?P<cg>[^:\s]+):?(?P<rest>.*)$")
 _STAT_LINE = re.compile(r"^(anon|file|shmem) (\d+)$")
 _STAT_OLD = {k: re.compile(rf"\b{k}:(\d+)KB") for k in ("rss", "cache", "shmem")}
 _KILLED = re.compile(
-    r"^(?P<pfx>Memory cgroup out of memory: |Out of memory: |Out of memory \([^)]*\): )?"
+    r"^(?P<prefix>Memory cgroup out of memory: |Out of memory: |Out of memory \([^)]*\): )?"
     r"Killed process (?P<pid>\d{1,9}) \((?P<comm>.*?)\)(?P<rest>.*)$"
 )
 _KILL_SACRIFICE = re.compile(
-    r"^(?P<pfx>Memory cgroup out of memory|Out of memory(?: \([^)]*\))?): Kill process "
+    r"^(?P<prefix>Memory cgroup out of memory|Out of memory(?: \([^)]*\))?): Kill process "
     r"(?P<pid>\d+) \((?P<comm>.*?)\) score -?\d+ or sacrifice child"
 )
 _NO_KILLABLE = re.compile(r"^Out of memory and no killable processes")
-_KB = {
+_KILLED_KB = {
     k: re.compile(rf"\b{k}:\s*(\d+)kB") for k in ("total-vm", "anon-rss", "file-rss", "shmem-rss")
 }
 _UID = re.compile(r"\bUID:?\s*(\d+)")
@@ -315,16 +315,20 @@ _NVIDIA_GPU = re.compile(
     r"NVRM: The NVIDIA GPU (?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F:.]+|<BUS_ID_\d+>)"
 )
 _AER_RECEIVED = re.compile(
-    rf"^(?P<rep>\S+ {_BUS}): AER: (?:Multiple )?"
-    r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
+    rf"^(?P<reporter>\S+ {_BUS}): AER: (?:Multiple )?"
+    r"(?P<severity>Corrected|Correctable|Uncorrected|Uncorrectable)"
+    r"(?: \((?P<fatal>Fatal|Non-Fatal)\))?"
     r" error (?:message )?received(?::| from) (?:id=)?(?P<dev>\S+)"
 )
 _AER_BUS = re.compile(
-    rf"^(?P<rep>\S+ {_BUS}): (?:AER: )?PCIe Bus Error: severity="
-    r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
+    rf"^(?P<reporter>\S+ {_BUS}): (?:AER: )?PCIe Bus Error: severity="
+    r"(?P<severity>Corrected|Correctable|Uncorrected|Uncorrectable)"
+    r"(?: \((?P<fatal>Fatal|Non-Fatal)\))?"
     r"(?:, type=(?P<type>[^,]+))?"
 )
-_AER_DEVICE = re.compile(r"device \[(?P<vd>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask")
+_AER_DEVICE = re.compile(
+    r"device \[(?P<vendor_device>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask"
+)
 _AER_BIT = re.compile(
     r"\[\s?(\d{1,2})\]\s+(?P<name>[A-Za-z][A-Za-z0-9 ]*?)\s*(?P<first>\(First\))?$"
 )
@@ -347,17 +351,18 @@ class _Oom:
     def __init__(self, ev: KernelEvidence) -> None:
         self.ev = ev
         self.scope: Literal["memcg", "global"] | None = None
-        self.f: dict[str, Any] = {}
+        #: OomEvent fields read so far
+        self.fields: dict[str, Any] = {}
         self.end = ev.line
         self.awaiting_killed = False
         self.in_stats = False
 
     def build(self) -> OomEvent:
-        f = self.f
+        fields = self.fields
         scope = self.scope
         if scope is None:
-            scope = "memcg" if f.get("memcg") not in (None, "/") else "global"
-        usage, limit = f.get("usage_bytes"), f.get("limit_bytes")
+            scope = "memcg" if fields.get("memcg") not in (None, "/") else "global"
+        usage, limit = fields.get("usage_bytes"), fields.get("limit_bytes")
         at_limit = usage is not None and limit is not None and usage >= limit
         return OomEvent(
             source=self.ev.source,
@@ -368,7 +373,7 @@ class _Oom:
             scope=scope,
             at_limit=at_limit,
             end_line=self.end,
-            **f,
+            **fields,
         )
 
 
@@ -637,7 +642,7 @@ def _oom_line(state: _State, msg: str, ev: KernelEvidence) -> bool:
         return _oom_sacrifice(state, match, ev)
     match = _KILLED.match(msg)
     # old kernels print a bare `Killed process N (comm) total-vm:…` (no `Out of memory:`)
-    if match and (match.group("pfx") or state.oom is not None or "total-vm:" in match["rest"]):
+    if match and (match.group("prefix") or state.oom is not None or "total-vm:" in match["rest"]):
         return _oom_killed(state, match, ev)
     if _NO_KILLABLE.match(msg):
         if state.oom is not None:
@@ -651,30 +656,30 @@ def _oom_invoked(state: _State, match: re.Match[str], ev: KernelEvidence) -> boo
     """`<comm> invoked oom-killer: gfp_mask=…, order=…`: a new event's first line."""
     state.finish_oom()
     oom = state.oom = _Oom(ev)
-    oom.f["invoked_by"] = match.group("comm")
-    oom.f["gfp_mask"] = match.group("gfp")
+    oom.fields["invoked_by"] = match.group("comm")
+    oom.fields["gfp_mask"] = match.group("gfp")
     if match.group("order"):
-        oom.f["order"] = int(match.group("order"))
+        oom.fields["order"] = int(match.group("order"))
     return True
 
 
 def _oom_constraint(state: _State, match: re.Match[str], msg: str, ev: KernelEvidence) -> bool:
     """`oom-kill:constraint=…,oom_memcg=…,task_memcg=…,task=…,pid=…,uid=…` (new kernels)."""
     oom = state.open_oom(ev)
-    constraint = match.group("c")
-    oom.f["constraint"] = constraint
+    constraint = match.group("constraint")
+    oom.fields["constraint"] = constraint
     oom.scope = "memcg" if constraint == "CONSTRAINT_MEMCG" else "global"
-    keyed = {key: pattern.search(msg) for key, pattern in _KV.items()}
+    keyed = {key: pattern.search(msg) for key, pattern in _CONSTRAINT_FIELDS.items()}
     if keyed["oom_memcg"]:
-        oom.f["memcg"] = keyed["oom_memcg"].group(1)
+        oom.fields["memcg"] = keyed["oom_memcg"].group(1)
     if keyed["task_memcg"]:
-        oom.f["task_memcg"] = keyed["task_memcg"].group(1)
+        oom.fields["task_memcg"] = keyed["task_memcg"].group(1)
     if keyed["task"]:
-        oom.f["killed_comm"] = keyed["task"].group(1)
+        oom.fields["killed_comm"] = keyed["task"].group(1)
     if keyed["pid"] and keyed["pid"].group(1).isdecimal():
-        oom.f["killed_pid"] = int(keyed["pid"].group(1))
+        oom.fields["killed_pid"] = int(keyed["pid"].group(1))
     if keyed["uid"] and keyed["uid"].group(1).isdecimal():
-        oom.f["uid"] = int(keyed["uid"].group(1))
+        oom.fields["uid"] = int(keyed["uid"].group(1))
     oom.end = ev.line
     return True
 
@@ -682,8 +687,8 @@ def _oom_constraint(state: _State, match: re.Match[str], msg: str, ev: KernelEvi
 def _oom_task_in(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
     """`Task in <cgroup> killed as a result of limit of <cgroup>` (old kernels)."""
     oom = state.open_oom(ev)
-    oom.f["task_memcg"] = match.group("task")
-    oom.f.setdefault("memcg", match.group("limit"))
+    oom.fields["task_memcg"] = match.group("task")
+    oom.fields.setdefault("memcg", match.group("limit"))
     if oom.scope is None:
         oom.scope = "memcg" if match.group("limit") != "/" else "global"
     oom.end = ev.line
@@ -694,15 +699,15 @@ def _oom_counter(state: _State, match: re.Match[str], ev: KernelEvidence) -> boo
     """`memory: usage …kB, limit …kB, failcnt …` and the swap and kmem counters."""
     oom = state.open_oom(ev)
     kind = match.group("kind")
-    usage, limit = int(match.group("u")) * 1024, _bytes_kb(match.group("l"))
+    usage, limit = int(match.group("usage")) * 1024, _bytes_kb(match.group("limit"))
     if kind == "memory":
-        oom.f["usage_bytes"], oom.f["limit_bytes"] = usage, limit
-        if match.group("f"):
-            oom.f["failcnt"] = int(match.group("f"))
+        oom.fields["usage_bytes"], oom.fields["limit_bytes"] = usage, limit
+        if match.group("failcnt"):
+            oom.fields["failcnt"] = int(match.group("failcnt"))
     elif kind in ("swap", "memory+swap"):
-        oom.f["swap_usage_bytes"], oom.f["swap_limit_bytes"] = usage, limit
+        oom.fields["swap_usage_bytes"], oom.fields["swap_limit_bytes"] = usage, limit
     else:
-        oom.f["kmem_usage_bytes"] = usage
+        oom.fields["kmem_usage_bytes"] = usage
     oom.end = ev.line
     return True
 
@@ -710,13 +715,13 @@ def _oom_counter(state: _State, match: re.Match[str], ev: KernelEvidence) -> boo
 def _oom_stats_header(oom: _Oom, match: re.Match[str], ev: KernelEvidence) -> bool:
     """`Memory cgroup stats for <cgroup>:`, with the stats on the same line on old kernels
     (`rss:…KB cache:…KB`) or on the lines that follow on new ones."""
-    oom.f.setdefault("memcg", match.group("cg"))
+    oom.fields.setdefault("memcg", match.group("cg"))
     oom.in_stats = True
     old = {k: p.search(match.group("rest")) for k, p in _STAT_OLD.items()}
     for key, name in (("rss", "anon"), ("cache", "file"), ("shmem", "shmem")):
         stat = old[key]
         if stat:
-            oom.f[f"stat_{name}_bytes"] = int(stat.group(1)) * 1024
+            oom.fields[f"stat_{name}_bytes"] = int(stat.group(1)) * 1024
     oom.end = ev.line
     return True
 
@@ -725,7 +730,7 @@ def _oom_stat_line(oom: _Oom, msg: str) -> bool:
     """One `anon|file|shmem <bytes>` line of the stats block; the task list ends the block."""
     stat = _STAT_LINE.match(msg)
     if stat:
-        oom.f[f"stat_{stat.group(1)}_bytes"] = int(stat.group(2))
+        oom.fields[f"stat_{stat.group(1)}_bytes"] = int(stat.group(2))
         return True
     if msg.startswith("Tasks state") or msg.startswith("["):
         oom.in_stats = False
@@ -737,9 +742,9 @@ def _oom_sacrifice(state: _State, match: re.Match[str], ev: KernelEvidence) -> b
     `Killed process` line follows."""
     oom = state.open_oom(ev)
     if oom.scope is None:
-        oom.scope = "memcg" if match.group("pfx").startswith("Memory cgroup") else "global"
-    oom.f["killed_pid"] = int(match.group("pid"))
-    oom.f["killed_comm"] = match.group("comm")
+        oom.scope = "memcg" if match.group("prefix").startswith("Memory cgroup") else "global"
+    oom.fields["killed_pid"] = int(match.group("pid"))
+    oom.fields["killed_comm"] = match.group("comm")
     oom.awaiting_killed = True
     oom.end = ev.line
     return True
@@ -748,24 +753,24 @@ def _oom_sacrifice(state: _State, match: re.Match[str], ev: KernelEvidence) -> b
 def _oom_killed(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
     """`Killed process N (comm) total-vm:…kB, anon-rss:…`: the kill, which ends the event."""
     oom = state.open_oom(ev)
-    prefix = match.group("pfx") or ""
+    prefix = match.group("prefix") or ""
     if oom.scope is None and prefix:
         oom.scope = "memcg" if prefix.startswith("Memory cgroup") else "global"
     rest = match.group("rest")
-    oom.f["killed_pid"] = int(match.group("pid"))
-    oom.f["killed_comm"] = match.group("comm")
-    for key, pattern in _KB.items():
+    oom.fields["killed_pid"] = int(match.group("pid"))
+    oom.fields["killed_comm"] = match.group("comm")
+    for key, pattern in _KILLED_KB.items():
         size = pattern.search(rest)
         if size:
-            oom.f[key.replace("-", "_") + "_bytes"] = int(size.group(1)) * 1024
+            oom.fields[key.replace("-", "_") + "_bytes"] = int(size.group(1)) * 1024
     uid = _UID.search(rest)
     if uid:
-        oom.f["uid"] = int(uid.group(1))
+        oom.fields["uid"] = int(uid.group(1))
     adj = _ADJ.search(rest)
     if adj:
-        oom.f["oom_score_adj"] = int(adj.group(1))
-    oom.f["kill_line"] = ev.line
-    oom.f["kill_text"] = ev.text
+        oom.fields["oom_score_adj"] = int(adj.group(1))
+    oom.fields["kill_line"] = ev.line
+    oom.fields["kill_text"] = ev.text
     oom.end = ev.line
     state.finish_oom()
     return True
@@ -915,9 +920,9 @@ def _aer(state: _State, msg: str, ev: KernelEvidence) -> bool:
     match = _AER_RECEIVED.match(msg)
     if match:
         state.finish_aer()
-        severity = _severity(match.group("sev"), match.group("fat"))
+        severity = _severity(match.group("severity"), match.group("fatal"))
         if severity != "corrected":  # a corrected form _CORRECTED does not count (no reporter)
-            state.aer = _Aer(ev, severity, match.group("rep"), match.group("dev"))
+            state.aer = _Aer(ev, severity, match.group("reporter"), match.group("dev"))
         return True
     match = _AER_BUS.match(msg)
     if match:
@@ -931,11 +936,11 @@ def _aer(state: _State, msg: str, ev: KernelEvidence) -> bool:
 def _aer_bus_line(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
     """`<dev>: PCIe Bus Error: severity=…, type=…`: the record's device and error type; one
     that does not continue the open record starts a new one."""
-    severity = _severity(match.group("sev"), match.group("fat"))
+    severity = _severity(match.group("severity"), match.group("fatal"))
     if severity == "corrected":  # the detail of a corrected report, counted by its first line
         state.finish_aer()
         return True
-    device = match.group("rep").split()[-1]
+    device = match.group("reporter").split()[-1]
     aer = state.aer
     if aer is None or aer.has_bus_line or aer.severity != severity or ev.line - aer.last_line > 6:
         state.finish_aer()
@@ -952,7 +957,7 @@ def _aer_detail(aer: _Aer, msg: str, number: int) -> bool:
     error bit (`[ 0] RxErr (First)`), or any other `AER:` line."""
     device = _AER_DEVICE.search(msg)
     if device:
-        aer.vendor_device = device.group("vd").lower()
+        aer.vendor_device = device.group("vendor_device").lower()
     else:
         bit = _AER_BIT.search(msg)
         if bit:

@@ -394,23 +394,26 @@ def _attribute(procs: dict[int, Process]) -> tuple[dict[int, Process], str]:
         else:
             out[pid] = replace(p, own_anon_bytes=_anon(p))
     for rank, workers in by_rank.items():
-        r = procs[rank]
-        a_r = _anon(r)
-        group = [r, *(procs[w] for w in workers)]
-        if a_r is not None and all(g.pss_anon_bytes is not None for g in group):
-            assert r.pss_anon_bytes is not None
-            shared_share = max(0, a_r - r.pss_anon_bytes) / len(workers)
+        rank_process = procs[rank]
+        rank_anon = _anon(rank_process)
+        group = [rank_process, *(procs[w] for w in workers)]
+        if rank_anon is not None and all(g.pss_anon_bytes is not None for g in group):
+            assert rank_process.pss_anon_bytes is not None
+            shared_share = max(0, rank_anon - rank_process.pss_anon_bytes) / len(workers)
             for w in workers:
-                p_w = procs[w].pss_anon_bytes
-                assert p_w is not None
-                out[w] = replace(procs[w], own_anon_bytes=max(0, round(p_w - shared_share)))
+                worker_pss_anon = procs[w].pss_anon_bytes
+                assert worker_pss_anon is not None
+                share = max(0, round(worker_pss_anon - shared_share))
+                out[w] = replace(procs[w], own_anon_bytes=share)
             methods.add("pss")
             continue
         for w in workers:
-            a_w = _anon(procs[w])
-            own = None if a_w is None or a_r is None else max(0, a_w - a_r)
+            worker_anon = _anon(procs[w])
+            own: int | None = None
+            if worker_anon is not None and rank_anon is not None:
+                own = max(0, worker_anon - rank_anon)
             out[w] = replace(procs[w], own_anon_bytes=own)
-        methods.add("rss-difference" if r.anon_bytes is not None else "rss")
+        methods.add("rss-difference" if rank_process.anon_bytes is not None else "rss")
     if not methods:
         methods.add("rss" if any(p.anon_bytes is None for p in procs.values()) else "rss-anon")
     order = ("rss", "rss-difference", "pss", "rss-anon")
