@@ -292,18 +292,18 @@ def parse_kernel_prefix(line: str, ref: TimeRef, boot_epoch: float | None = None
         return Stamp(None, None, line[m.end() :])
     m = _MONO.match(line)
     if m:
-        up = float(m.group(1))
-        time = epoch_to_iso(boot_epoch + up) if boot_epoch is not None else None
-        return Stamp(time, up, line[m.end() :])
-    sys = parse_syslog_prefix(line, ref)
-    if sys is not None:
-        msg = sys.message
-        up2: float | None = None
-        mm = _MONO.match(msg)
-        if mm:
-            up2 = float(mm.group(1))
-            msg = msg[mm.end() :]
-        return Stamp(sys.time, up2, msg, sys.host, sys.ident, sys.pid)
+        uptime_s = float(m.group(1))
+        time = epoch_to_iso(boot_epoch + uptime_s) if boot_epoch is not None else None
+        return Stamp(time, uptime_s, line[m.end() :])
+    syslog = parse_syslog_prefix(line, ref)
+    if syslog is not None:
+        msg = syslog.message
+        uptime: float | None = None
+        mono = _MONO.match(msg)
+        if mono:
+            uptime = float(mono.group(1))
+            msg = msg[mono.end() :]
+        return Stamp(syslog.time, uptime, msg, syslog.host, syslog.ident, syslog.pid)
     m = _ISO_PREFIX.match(line)
     if m:
         return Stamp(iso(m.group(1)), None, line[m.end() :])

@@ -213,18 +213,21 @@ def classify(message: str) -> str | None:
 
 
 class _Rank:
+    """One rank's lines of a file, read so far."""
+
     def __init__(self, rank: int | None) -> None:
         self.rank = rank
         self.errors: list[AppError] = []
         self.context: list[AppError] = []
         self.count = 0
-        self.cats: dict[str, int] = {}
+        self.categories: dict[str, int] = {}
         self.nccl_seen = False
         self.nccl_before = False
         self.first_time: str | None = None
         self.last_time: str | None = None
         self.pid: int | None = None
-        self.in_traceback = False
+        #: reading a traceback's frames (the exception line after them is what counts)
+        self.traceback_open = False
         self.lines = 0
         self.last: AppError | None = None
         self.pids: set[int] = set()
@@ -246,7 +249,62 @@ class _Rank:
             self.errors.append(err)
         self.last = err
         self.count += 1
-        self.cats[err.category] = self.cats.get(err.category, 0) + 1
+        self.categories[err.category] = self.categories.get(err.category, 0) + 1
+
+    def note_time(self, time: str) -> None:
+        self.last_time = time
+        if self.first_time is None:
+            self.first_time = time
+
+    def note_pids(self, line: str, pid: int | None) -> None:
+        """The pids the line names (at most PIDS_MAX kept), and the rank's own: its prefix's,
+        or the first `pid N` it logs."""
+        if len(self.pids) < PIDS_MAX:
+            if pid is not None:
+                self.pids.add(pid)
+            for named in _ANY_PID.finditer(line[:400]):
+                self.pids.add(int(named.group(1) or named.group(2)))
+        if self.pid is None:
+            if pid is not None:
+                self.pid = pid
+            elif "pid" in line[:400].lower():
+                own = _PID.search(line[:400])
+                if own:
+                    self.pid = int(own.group(1))
+
+    def skips_traceback(self, line: str, stripped: str) -> bool:
+        """The line opens a traceback or is one of its frames: not read as an error."""
+        if (
+            stripped.startswith(_TRACEBACK)
+            or stripped.startswith("During handling of")
+            or stripped.startswith("The above exception was the direct cause")
+        ):
+            self.traceback_open = True
+            return True
+        if self.traceback_open:
+            if line[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
+                return True  # a frame or the source line of one
+            self.traceback_open = False
+        return False
+
+    def log(self, source: str, unreadable_lines: int) -> RankLog:
+        return RankLog(
+            rank=self.rank,
+            source=source,
+            lines=self.lines,
+            first_error=self.errors[0] if self.errors else None,
+            last_error=self.last,
+            error_count=self.count,
+            categories=self.categories,
+            nccl_started_before_error=self.nccl_before,
+            first_time=self.first_time,
+            last_time=self.last_time,
+            pid=self.pid,
+            errors=tuple(self.errors),
+            context=tuple(self.context),
+            pids=tuple(sorted(self.pids)),
+            unreadable_lines=unreadable_lines,
+        )
 
 
 def _who(rank: int | None, host: str | None, pid: int | None, source: str) -> str:
@@ -259,6 +317,100 @@ def _who(rank: int | None, host: str | None, pid: int | None, source: str) -> st
     return f"a process logging to {source}"
 
 
+def _unprefixed(head: str, ref: TimeRef) -> prefixes.Stripped:
+    """The line behind its launcher prefixes, and what they said."""
+    # a job run as a systemd unit logs through journald: `journalctl -u UNIT` lines
+    # (short, short-iso, short-precise) carry the time and the pid in their prefix
+    journal = parse_syslog_prefix(head[:8192], ref) if head[:1].isalnum() else None
+    stripped = prefixes.strip(journal.message if journal else head[:8192])
+    if journal is None:
+        return stripped
+    return replace(
+        stripped,
+        time=stripped.time or journal.time,
+        pid=stripped.pid or journal.pid,
+        host=stripped.host or journal.host,
+        layers=("journal", *stripped.layers),
+    )
+
+
+@dataclass
+class _Reader:
+    """One log file being read: a _Rank per rank seen in it."""
+
+    source: str
+    #: the file's rank (from its name), for lines whose prefix names none
+    rank: int | None
+    ref: TimeRef
+    ranks: dict[int | None, _Rank] = field(default_factory=dict)
+    #: the time of the file's last timed line: an untimed error's (inferred) time
+    last_time: str | None = None
+
+    def read(self, number: int, raw: str) -> None:
+        """One line: its rank's times and pids, then, unless it is a traceback's frame or
+        NCCL INFO, the error or context line it is."""
+        head = raw.rstrip()
+        unprefixed = _unprefixed(head, self.ref)
+        line = unprefixed.text
+        rank = unprefixed.rank if unprefixed.rank is not None else self.rank
+        state = self.ranks.get(rank)
+        if state is None:
+            state = self.ranks[rank] = _Rank(rank)
+        state.lines += 1
+        stripped = line.strip()
+        if not stripped:
+            return
+        when = find_time(line, self.ref) or unprefixed.time
+        if when is not None:
+            self.last_time = when
+            state.note_time(when)
+        state.note_pids(line, unprefixed.pid)
+        if state.skips_traceback(line, stripped):
+            return
+        sig = signature_of(stripped)
+        if "NCCL INFO" in line:
+            state.nccl_seen = True
+            if sig is None or not sig.info:
+                return
+        kind = line_kind(stripped, sig)
+        if kind is None or kind[1] == "benign":
+            return
+        err = self._error(number, head, stripped, unprefixed, rank, when, kind)
+        if err.role in ERROR_ROLES:
+            state.add(err)
+        elif len(state.context) < 50:
+            state.context.append(err)
+
+    def _error(
+        self,
+        number: int,
+        head: str,
+        stripped: str,
+        unprefixed: prefixes.Stripped,
+        rank: int | None,
+        when: str | None,
+        kind: LineKind,
+    ) -> AppError:
+        signature, role, cause, category = kind
+        exception = _EXC.match(stripped)
+        return AppError(
+            source=self.source,
+            line=number,
+            time=when if when is not None else self.last_time,
+            text=clip(head),
+            rank=rank,
+            category=category,
+            signature=signature,
+            role=role,
+            cause=cause,
+            exception=exception.group("name") if exception else _inline_exc(stripped),
+            time_inferred=when is None and self.last_time is not None,
+            who=_who(rank, unprefixed.host, unprefixed.pid, self.source),
+            host=unprefixed.host,
+            pid=unprefixed.pid,
+        )
+
+
 def parse_applog(
     lines: Iterable[str],
     *,
@@ -267,119 +419,16 @@ def parse_applog(
     collected_at: str | None = None,
 ) -> tuple[RankLog, ...]:
     """One log file: a RankLog per rank seen in it (the file's rank, or per line prefix)."""
-    ref = TimeRef(collected_at)
-    ranks: dict[int | None, _Rank] = {}
-    last_time: str | None = None
+    reader = _Reader(source, rank, TimeRef(collected_at))
     bad_lines = 0
-    for n, raw in enumerate(lines, 1):
+    for number, raw in enumerate(lines, 1):
         try:
-            head = raw.rstrip()
-            # a job run as a systemd unit logs through journald: `journalctl -u UNIT` lines
-            # (short, short-iso, short-precise) carry the time and the pid in their prefix
-            journal = parse_syslog_prefix(head[:8192], ref) if head[:1].isalnum() else None
-            stripped_line = prefixes.strip(journal.message if journal else head[:8192])
-            if journal is not None:
-                stripped_line = replace(
-                    stripped_line,
-                    time=stripped_line.time or journal.time,
-                    pid=stripped_line.pid or journal.pid,
-                    host=stripped_line.host or journal.host,
-                    layers=("journal", *stripped_line.layers),
-                )
-            line = stripped_line.text
-            r = stripped_line.rank if stripped_line.rank is not None else rank
-            state = ranks.get(r)
-            if state is None:
-                state = ranks[r] = _Rank(r)
-            state.lines += 1
-            stripped = line.strip()
-            if not stripped:
-                continue
-            t = find_time(line, ref) or stripped_line.time
-            if t is not None:
-                last_time = t
-                state.last_time = t
-                if state.first_time is None:
-                    state.first_time = t
-            pid_here = stripped_line.pid
-            if len(state.pids) < PIDS_MAX:
-                if pid_here is not None:
-                    state.pids.add(pid_here)
-                for pm2 in _ANY_PID.finditer(line[:400]):
-                    state.pids.add(int(pm2.group(1) or pm2.group(2)))
-            if state.pid is None:
-                if pid_here is not None:
-                    state.pid = pid_here
-                elif "pid" in line[:400].lower():
-                    pm = _PID.search(line[:400])
-                    if pm:
-                        state.pid = int(pm.group(1))
-            if (
-                stripped.startswith(_TRACEBACK)
-                or stripped.startswith("During handling of")
-                or stripped.startswith("The above exception was the direct cause")
-            ):
-                state.in_traceback = True
-                continue
-            if state.in_traceback:
-                if line[:1].isspace() or stripped.startswith("File ") or stripped.startswith("^"):
-                    continue  # a frame or the source line of one
-                state.in_traceback = False
-            sig = signature_of(stripped)
-            if "NCCL INFO" in line:
-                state.nccl_seen = True
-                if sig is None or not sig.info:
-                    continue
-            kind = line_kind(stripped, sig)
-            if kind is None or kind[1] == "benign":
-                continue
-            sig_id, role, cause, category = kind
-            em = _EXC.match(stripped)
-            err = AppError(
-                source=source,
-                line=n,
-                time=t if t is not None else last_time,
-                text=clip(head),
-                rank=r,
-                category=category,
-                signature=sig_id,
-                role=role,
-                cause=cause,
-                exception=em.group("name") if em else _inline_exc(stripped),
-                time_inferred=t is None and last_time is not None,
-                who=_who(r, stripped_line.host, pid_here, source),
-                host=stripped_line.host,
-                pid=pid_here,
-            )
-            if role in ERROR_ROLES:
-                state.add(err)
-            elif len(state.context) < 50:
-                state.context.append(err)
+            reader.read(number, raw)
         except Exception:
+            # a parser bug on hostile input: the line is counted and skipped, the rest read
             bad_lines += 1
             continue
-
-    return tuple(
-        RankLog(
-            rank=s.rank,
-            source=source,
-            lines=s.lines,
-            first_error=s.errors[0] if s.errors else None,
-            last_error=s.last,
-            error_count=s.count,
-            categories=s.cats,
-            nccl_started_before_error=s.nccl_before,
-            first_time=s.first_time,
-            last_time=s.last_time,
-            pid=s.pid,
-            errors=tuple(s.errors),
-            context=tuple(s.context),
-            pids=tuple(sorted(s.pids)),
-            unreadable_lines=bad_lines,
-        )
-        for s in ranks.values()
-        if s.lines
-    )
+    return tuple(state.log(source, bad_lines) for state in reader.ranks.values() if state.lines)
 
 
 _INLINE_EXC = re.compile(r"\b(?:[a-z_]\w{0,100}\.){0,20}([A-Z]\w{0,100}(?:Error|Exception)): ")

@@ -111,8 +111,8 @@ def parse_cgroup(texts: Mapping[str, str]) -> CgroupFacts:
     else:
         limit = _limit(texts.get("memory.limit_in_bytes"))
         if limit is None and "hierarchical_memory_limit" in stat:
-            hl = stat["hierarchical_memory_limit"]
-            limit = None if hl >= UNLIMITED else hl
+            hierarchical = stat["hierarchical_memory_limit"]
+            limit = None if hierarchical >= UNLIMITED else hierarchical
         usage = _int(texts.get("memory.usage_in_bytes"))
         peak = _int(texts.get("memory.max_usage_in_bytes"))
         failcnt = _int(texts.get("memory.failcnt"))

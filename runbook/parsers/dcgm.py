@@ -205,21 +205,21 @@ def _health_json(text: str, source: str) -> HealthFacts:
     for group, node in body.items():
         if group == "Overall Health" or not isinstance(node, dict):
             continue
-        for eid, entity in (node.get("children") or {}).items():
+        for entity_key, entity in (node.get("children") or {}).items():
             errors = ((entity or {}).get("children") or {}).get("Errors") or {}
             for system, sys_node in (errors.get("children") or {}).items():
                 sys_node = sys_node or {}
                 overflow = sys_node.get("overflow") or []
                 parts = overflow if isinstance(overflow, list) else [str(overflow)]
-                inc = _Incident(
+                incident = _Incident(
                     group,
-                    _entity_id(str(eid)),
+                    _entity_id(str(entity_key)),
                     system,
                     str(sys_node.get("value") or ""),
                     1,
                     [str(p) for p in parts],
                 )
-                incidents.append(inc.done(source))
+                incidents.append(incident.done(source))
     return HealthFacts(True, overall if isinstance(overall, str) else None, "json",
                        tuple(incidents), isinstance(overall, str))  # fmt: skip
 

@@ -265,28 +265,28 @@ _INVOKED = re.compile(
     r"^(?P<comm>.+?) invoked oom-killer: gfp_mask=(?P<gfp>0x[0-9a-fA-F]+(?:\([^)]*\))?)"
     r"(?:.*?\border=(?P<order>-?\d+))?(?:.*?oom_score_adj=(?P<adj>-?\d+))?"
 )
-_CONSTRAINT = re.compile(r"^oom-kill:constraint=(?P<c>\w+)")
-_KV = {
+_CONSTRAINT = re.compile(r"^oom-kill:constraint=(?P<constraint>\w+)")
+_CONSTRAINT_FIELDS = {
     k: re.compile(rf"[,:]{k}=([^,]*)") for k in ("oom_memcg", "task_memcg", "task", "pid", "uid")
 }
 _TASK_IN = re.compile(r"^Task in (?P<task>\S+) killed as a result of limit of (?P<limit>\S+)")
 _COUNTER = re.compile(
-    r"^(?P<kind>memory|memory\+swap|kmem|swap): usage (?P<u>\d+)kB, limit (?P<l>\d+)kB"
-    r"(?:, failcnt (?P<f>\d+))?"
+    r"^(?P<kind>memory|memory\+swap|kmem|swap): usage (?P<usage>\d+)kB, limit (?P<limit>\d+)kB"
+    r"(?:, failcnt (?P<failcnt>\d+))?"
 )
 _STATS_FOR = re.compile(r"^Memory cgroup stats for (?P<cg>[^:\s]+):?(?P<rest>.*)$")
 _STAT_LINE = re.compile(r"^(anon|file|shmem) (\d+)$")
 _STAT_OLD = {k: re.compile(rf"\b{k}:(\d+)KB") for k in ("rss", "cache", "shmem")}
 _KILLED = re.compile(
-    r"^(?P<pfx>Memory cgroup out of memory: |Out of memory: |Out of memory \([^)]*\): )?"
+    r"^(?P<prefix>Memory cgroup out of memory: |Out of memory: |Out of memory \([^)]*\): )?"
     r"Killed process (?P<pid>\d{1,9}) \((?P<comm>.*?)\)(?P<rest>.*)$"
 )
 _KILL_SACRIFICE = re.compile(
-    r"^(?P<pfx>Memory cgroup out of memory|Out of memory(?: \([^)]*\))?): Kill process "
+    r"^(?P<prefix>Memory cgroup out of memory|Out of memory(?: \([^)]*\))?): Kill process "
     r"(?P<pid>\d+) \((?P<comm>.*?)\) score -?\d+ or sacrifice child"
 )
 _NO_KILLABLE = re.compile(r"^Out of memory and no killable processes")
-_KB = {
+_KILLED_KB = {
     k: re.compile(rf"\b{k}:\s*(\d+)kB") for k in ("total-vm", "anon-rss", "file-rss", "shmem-rss")
 }
 _UID = re.compile(r"\bUID:?\s*(\d+)")
@@ -315,16 +315,20 @@ _NVIDIA_GPU = re.compile(
     r"NVRM: The NVIDIA GPU (?P<dev>[0-9a-fA-F]{4}:[0-9a-fA-F:.]+|<BUS_ID_\d+>)"
 )
 _AER_RECEIVED = re.compile(
-    rf"^(?P<rep>\S+ {_BUS}): AER: (?:Multiple )?"
-    r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
+    rf"^(?P<reporter>\S+ {_BUS}): AER: (?:Multiple )?"
+    r"(?P<severity>Corrected|Correctable|Uncorrected|Uncorrectable)"
+    r"(?: \((?P<fatal>Fatal|Non-Fatal)\))?"
     r" error (?:message )?received(?::| from) (?:id=)?(?P<dev>\S+)"
 )
 _AER_BUS = re.compile(
-    rf"^(?P<rep>\S+ {_BUS}): (?:AER: )?PCIe Bus Error: severity="
-    r"(?P<sev>Corrected|Correctable|Uncorrected|Uncorrectable)(?: \((?P<fat>Fatal|Non-Fatal)\))?"
+    rf"^(?P<reporter>\S+ {_BUS}): (?:AER: )?PCIe Bus Error: severity="
+    r"(?P<severity>Corrected|Correctable|Uncorrected|Uncorrectable)"
+    r"(?: \((?P<fatal>Fatal|Non-Fatal)\))?"
     r"(?:, type=(?P<type>[^,]+))?"
 )
-_AER_DEVICE = re.compile(r"device \[(?P<vd>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask")
+_AER_DEVICE = re.compile(
+    r"device \[(?P<vendor_device>[0-9a-fA-F]{4}:[0-9a-fA-F]{4})\] error status/mask"
+)
 _AER_BIT = re.compile(
     r"\[\s?(\d{1,2})\]\s+(?P<name>[A-Za-z][A-Za-z0-9 ]*?)\s*(?P<first>\(First\))?$"
 )
@@ -347,17 +351,18 @@ class _Oom:
     def __init__(self, ev: KernelEvidence) -> None:
         self.ev = ev
         self.scope: Literal["memcg", "global"] | None = None
-        self.f: dict[str, Any] = {}
+        #: OomEvent fields read so far
+        self.fields: dict[str, Any] = {}
         self.end = ev.line
         self.awaiting_killed = False
         self.in_stats = False
 
     def build(self) -> OomEvent:
-        f = self.f
+        fields = self.fields
         scope = self.scope
         if scope is None:
-            scope = "memcg" if f.get("memcg") not in (None, "/") else "global"
-        usage, limit = f.get("usage_bytes"), f.get("limit_bytes")
+            scope = "memcg" if fields.get("memcg") not in (None, "/") else "global"
+        usage, limit = fields.get("usage_bytes"), fields.get("limit_bytes")
         at_limit = usage is not None and limit is not None and usage >= limit
         return OomEvent(
             source=self.ev.source,
@@ -368,7 +373,7 @@ class _Oom:
             scope=scope,
             at_limit=at_limit,
             end_line=self.end,
-            **f,
+            **fields,
         )
 
 
@@ -407,6 +412,99 @@ class _Aer:
         )
 
 
+@dataclass(slots=True)
+class _Trace:
+    """The call trace of the last page allocation failure, which may show the NVIDIA driver
+    pinning the pages (os_lock_user_pages): its record's index in `allocs` and how many lines
+    of the log after it may still belong to it."""
+
+    owner: int | None = None
+    until: int = 0
+    #: lines left when the last line was read (`until` minus its number)
+    left: int = 0
+    #: this call trace already gave its os_lock_user_pages record
+    pinned: bool = False
+
+
+@dataclass(slots=True)
+class _Found:
+    """The records found so far, each list bounded by `counter` (MAX_RECORDS kept, all
+    counted)."""
+
+    counter: Counter = field(default_factory=Counter)
+    memcg: list[OomEvent] = field(default_factory=list)
+    global_: list[OomEvent] = field(default_factory=list)
+    allocs: list[PageAllocFailure] = field(default_factory=list)
+    pins: list[PinFailure] = field(default_factory=list)
+    xids: list[XidEvent] = field(default_factory=list)
+    #: how many Xids of each (device, code): a repeated one may drain the node
+    xid_seen: dict[tuple[str, int], int] = field(default_factory=dict)
+    fallen: list[FallenOffBus] = field(default_factory=list)
+    aers: list[AerEvent] = field(default_factory=list)
+    catalog_hits: list[KernelSignature] = field(default_factory=list)
+    #: corrected AER reports per device: the scanner's tally when the lines are its
+    #: candidates, else counted here in the tally's own record
+    corrected: dict[str, Tallied] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _State:
+    """One parse's state between lines: the records found, the multi-line records open, and
+    the last stamp (a continuation line shares its message's time)."""
+
+    source: str
+    page_size: int
+    ref: TimeRef
+    boot_epoch: float | None
+    #: the scanner counts the corrected AER reports (numbered lines from candidate_lines)
+    tallied: bool
+    found: _Found
+    oom: _Oom | None = None
+    aer: _Aer | None = None
+    trace: _Trace = field(default_factory=_Trace)
+    #: `NVRM: The NVIDIA GPU <dev>` whose `fallen off the bus` may follow: (dev, ev, line)
+    pending_gpu: tuple[str, KernelEvidence, int] | None = None
+    last_time: str | None = None
+    last_up: float | None = None
+    fmt: str = "none"
+    catalog: signatures.Catalog = field(default_factory=signatures.catalog)
+    words: tuple[str, ...] = field(default_factory=catalog_words)
+
+    def idle(self, number: int) -> bool:
+        """No multi-line record is open at line `number`: a line no record starts on can be
+        skipped unread."""
+        aer = self.aer
+        return (
+            self.oom is None
+            and self.trace.left <= 0
+            and self.pending_gpu is None
+            and (aer is None or number - aer.last_line > 6)
+        )
+
+    def finish_oom(self) -> None:
+        oom = self.oom
+        if oom is not None:
+            event = oom.build()
+            found = self.found
+            if event.scope == "memcg":
+                found.counter.keep("memcg_ooms", found.memcg, event)
+            else:
+                found.counter.keep("global_ooms", found.global_, event)
+            self.oom = None
+
+    def open_oom(self, ev: KernelEvidence) -> _Oom:
+        """The OOM event being assembled, or a new one from `ev` (a line that belongs to an
+        event whose first line was not seen)."""
+        if self.oom is None:
+            self.oom = _Oom(ev)
+        return self.oom
+
+    def finish_aer(self) -> None:
+        if self.aer is not None:
+            self.found.counter.keep("aer", self.found.aers, self.aer.build())
+            self.aer = None
+
+
 def parse_dmesg(
     lines: Iterable[str] | Iterable[tuple[int, str]],
     *,
@@ -418,441 +516,511 @@ def parse_dmesg(
 ) -> DmesgFacts:
     """Parse kernel log lines into DmesgFacts (see the module docstring). With `numbered`,
     `lines` yields (line number, line) pairs — only the lines `scan.candidates` picked out of
-    a big log (candidate_lines) — and everything else is taken to be chatter."""
-    ref = TimeRef(collected_at)
-    counter = Counter()
-    memcg: list[OomEvent] = []
-    global_: list[OomEvent] = []
-    allocs: list[PageAllocFailure] = []
-    pins: list[PinFailure] = []
-    xids: list[XidEvent] = []
-    fallen: list[FallenOffBus] = []
-    aers: list[AerEvent] = []
-    xid_seen: dict[tuple[str, int], int] = {}
-    iommu: list[KernelSignature] = []
-    catalog = signatures.catalog()
-    words = catalog_words()
-    trigger = _trigger()
+    a big log (candidate_lines) — and everything else is taken to be chatter.
+
+    Each line goes to the record handlers (_HANDLERS) in order until one takes it."""
     # numbered lines from candidate_lines come with their corrected AER reports tallied
     tally: Tally | None = getattr(lines, "tally", None) if numbered else None
-    # the slow path counts them itself, in the tally's own record
-    corrected: dict[str, Tallied] = tally.found if tally is not None else {}
-
-    oom: _Oom | None = None
-    aer: _Aer | None = None
-    #: the last page allocation failure whose call trace we may be reading, lines left
-    trace_owner: int | None = None
-    trace_left = 0
-    trace_until = 0
-    trace_pinned = False
-    pending_gpu: tuple[str, KernelEvidence, int] | None = None
-    last_time: str | None = None
-    last_up: float | None = None
-    fmt: str = "none"
-    n = 0
-
-    def finish_oom() -> None:
-        nonlocal oom
-        if oom is not None:
-            event = oom.build()
-            if event.scope == "memcg":
-                counter.keep("memcg_ooms", memcg, event)
-            else:
-                counter.keep("global_ooms", global_, event)
-            oom = None
-
-    def finish_aer() -> None:
-        nonlocal aer
-        if aer is not None:
-            counter.keep("aer", aers, aer.build())
-            aer = None
-
-    seen_lines = 0
+    found = _Found(corrected=tally.found) if tally is not None else _Found()
+    state = _State(source, page_size, TimeRef(collected_at), boot_epoch, tally is not None, found)
+    trigger = _trigger()
     pairs: Iterable[tuple[int, str]] = (
         lines if numbered else enumerate(lines, 1)  # type: ignore[assignment,arg-type]
     )
-    for n, raw in pairs:
+    number = seen_lines = 0
+    for number, raw in pairs:
         seen_lines += 1
         # fast path: outside any multi-line record, a line that no record can start on is
         # skipped before its timestamp is parsed (most of a big kernel log is such lines)
-        if (
-            not numbered
-            and oom is None
-            and trace_left <= 0
-            and pending_gpu is None
-            and (aer is None or n - aer.last_line > 6)
-            and not trigger.search(raw)
-        ):
-            last_time = last_up = None  # an unstamped line after this must not inherit a time
+        if not numbered and state.idle(number) and not trigger.search(raw):
+            # an unstamped line after this one must not inherit a time
+            state.last_time = state.last_up = None
             continue
-        # a corrected AER report: counted under its device (by the scanner's tally when the
-        # lines are its candidates), never decoded into a record; it ends an open AER record
-        cm = _CORRECTED.search(raw) if "orrect" in raw else None
-        if cm is not None:
-            if tally is None:
-                line = (n, raw.rstrip("\r"))
-                seen = corrected.setdefault(cm.group(1), Tallied(0, line, line))
-                seen.count += 1
-                seen.last = line
-            finish_aer()
-            last_time = last_up = None
+        if "orrect" in raw and _corrected_aer(state, number, raw):
             continue
-        stamp = parse_kernel_prefix(raw, ref, boot_epoch)
-        if stamp is not None:
-            msg = stamp.message.strip()
-            last_time, last_up = stamp.time, stamp.uptime_s
-            if fmt == "none":
-                if raw.lstrip("<0123456789>").startswith("[") and stamp.uptime_s is not None:
-                    fmt = "monotonic"
-                elif stamp.host is not None:
-                    fmt = "syslog"
-                elif raw.startswith("["):
-                    fmt = "ctime"
-                else:
-                    fmt = "iso"
-        else:
-            # a continuation line of a multi-line message: it shares the message's time; a
-            # stamp of a shape not known here is set aside so the message is still read
-            msg = raw.strip()
-            if msg.startswith("[") and 0 < msg.find("]") < 40:
-                msg = msg[msg.find("]") + 1 :].strip()
+        msg = _message(state, raw)
         if not msg:
             continue
-        ev = KernelEvidence(source=source, line=n, time=last_time, text=clip(raw), uptime_s=last_up)
+        ev = KernelEvidence(
+            source=source, line=number, time=state.last_time, text=clip(raw), uptime_s=state.last_up
+        )
+        for handle in _HANDLERS:
+            if handle(state, msg, ev):
+                break
+    state.finish_oom()
+    state.finish_aer()
+    return _facts(state, number, seen_lines)
 
-        # ---- call traces: os_lock_user_pages in the trace of an allocation failure
-        trace_left = trace_until - n
-        if msg.startswith("Call Trace") and trace_left <= 0:
-            trace_pinned = False
-        if "os_lock_user_pages" in msg:
-            if not trace_pinned:  # one record per call trace
-                trace_pinned = True
-                owner = trace_owner if trace_left > 0 else None
-                comm = None
-                if owner is not None and owner < len(allocs):
-                    allocs[owner] = replace(allocs[owner], nvidia_pinning=True)
-                    comm = allocs[owner].comm
-                counter.keep(
-                    "pin_failures",
-                    pins,
-                    PinFailure(**_ev(ev), kind="os_lock_user_pages", comm=comm),
-                )
-            continue
 
-        # ---- OOM events
-        m = _INVOKED.match(msg)
-        if m:
-            finish_oom()
-            oom = _Oom(ev)
-            oom.f["invoked_by"] = m.group("comm")
-            oom.f["gfp_mask"] = m.group("gfp")
-            if m.group("order"):
-                oom.f["order"] = int(m.group("order"))
-            continue
-        m = _CONSTRAINT.match(msg)
-        if m:
-            if oom is None:
-                oom = _Oom(ev)
-            c = m.group("c")
-            oom.f["constraint"] = c
-            oom.scope = "memcg" if c == "CONSTRAINT_MEMCG" else "global"
-            kv = {k: p.search(msg) for k, p in _KV.items()}
-            if kv["oom_memcg"]:
-                oom.f["memcg"] = kv["oom_memcg"].group(1)
-            if kv["task_memcg"]:
-                oom.f["task_memcg"] = kv["task_memcg"].group(1)
-            if kv["task"]:
-                oom.f["killed_comm"] = kv["task"].group(1)
-            if kv["pid"] and kv["pid"].group(1).isdecimal():
-                oom.f["killed_pid"] = int(kv["pid"].group(1))
-            if kv["uid"] and kv["uid"].group(1).isdecimal():
-                oom.f["uid"] = int(kv["uid"].group(1))
-            oom.end = n
-            continue
-        m = _TASK_IN.match(msg)
-        if m:
-            if oom is None:
-                oom = _Oom(ev)
-            oom.f["task_memcg"] = m.group("task")
-            oom.f.setdefault("memcg", m.group("limit"))
-            if oom.scope is None:
-                oom.scope = "memcg" if m.group("limit") != "/" else "global"
-            oom.end = n
-            continue
-        m = _COUNTER.match(msg)
-        if m:
-            if oom is None:
-                oom = _Oom(ev)
-            kind, u, lim = m.group("kind"), int(m.group("u")) * 1024, _bytes_kb(m.group("l"))
-            if kind == "memory":
-                oom.f["usage_bytes"], oom.f["limit_bytes"] = u, lim
-                if m.group("f"):
-                    oom.f["failcnt"] = int(m.group("f"))
-            elif kind in ("swap", "memory+swap"):
-                oom.f["swap_usage_bytes"], oom.f["swap_limit_bytes"] = u, lim
-            else:
-                oom.f["kmem_usage_bytes"] = u
-            oom.end = n
-            continue
-        m = _STATS_FOR.match(msg)
-        if m and oom is not None:
-            oom.f.setdefault("memcg", m.group("cg"))
-            oom.in_stats = True
-            old = {k: p.search(m.group("rest")) for k, p in _STAT_OLD.items()}
-            for k, name in (("rss", "anon"), ("cache", "file"), ("shmem", "shmem")):
-                om = old[k]
-                if om:
-                    oom.f[f"stat_{name}_bytes"] = int(om.group(1)) * 1024
-            oom.end = n
-            continue
-        if oom is not None and oom.in_stats:
-            sm = _STAT_LINE.match(msg)
-            if sm:
-                oom.f[f"stat_{sm.group(1)}_bytes"] = int(sm.group(2))
-                continue
-            if msg.startswith("Tasks state") or msg.startswith("["):
-                oom.in_stats = False
-        m = _KILL_SACRIFICE.match(msg)
-        if m:
-            if oom is None:
-                oom = _Oom(ev)
-            if oom.scope is None:
-                oom.scope = "memcg" if m.group("pfx").startswith("Memory cgroup") else "global"
-            oom.f["killed_pid"] = int(m.group("pid"))
-            oom.f["killed_comm"] = m.group("comm")
-            oom.awaiting_killed = True
-            oom.end = n
-            continue
-        m = _KILLED.match(msg)
-        # old kernels print a bare `Killed process N (comm) total-vm:…` (no `Out of memory:`)
-        if m and (m.group("pfx") or oom is not None or "total-vm:" in m.group("rest")):
-            if oom is None:
-                oom = _Oom(ev)
-            pfx = m.group("pfx") or ""
-            if oom.scope is None and pfx:
-                oom.scope = "memcg" if pfx.startswith("Memory cgroup") else "global"
-            rest = m.group("rest")
-            oom.f["killed_pid"] = int(m.group("pid"))
-            oom.f["killed_comm"] = m.group("comm")
-            for key, pat in _KB.items():
-                km = pat.search(rest)
-                if km:
-                    oom.f[key.replace("-", "_") + "_bytes"] = int(km.group(1)) * 1024
-            um = _UID.search(rest)
-            if um:
-                oom.f["uid"] = int(um.group(1))
-            am = _ADJ.search(rest)
-            if am:
-                oom.f["oom_score_adj"] = int(am.group(1))
-            oom.f["kill_line"] = n
-            oom.f["kill_text"] = clip(raw)
-            oom.end = n
-            finish_oom()
-            continue
-        if _NO_KILLABLE.match(msg):
-            if oom is not None:
-                oom.end = n
-            finish_oom()
-            continue
+def _corrected_aer(state: _State, number: int, raw: str) -> bool:
+    """A corrected AER report: counted under its device (by the scanner's tally when the lines
+    are its candidates), never decoded into a record; it ends an open AER record."""
+    match = _CORRECTED.search(raw)
+    if match is None:
+        return False
+    if not state.tallied:
+        line = (number, raw.rstrip("\r"))
+        seen = state.found.corrected.setdefault(match.group(1), Tallied(0, line, line))
+        seen.count += 1
+        seen.last = line
+    state.finish_aer()
+    state.last_time = state.last_up = None
+    return True
 
-        # ---- page allocation failures and NVIDIA pinning failures
-        m = _ALLOC_FAIL.match(msg)
-        if m:
-            rec = PageAllocFailure(
-                **_ev(ev),
-                comm=m.group("comm"),
-                order=int(m.group("order")) if m.group("order") else None,
-                mode=m.group("mode"),
-            )
-            counter.keep("page_alloc_failures", allocs, rec)
-            trace_owner = len(allocs) - 1 if allocs and allocs[-1] is rec else None
-            trace_until, trace_left, trace_pinned = n + 200, 200, False
-            continue
-        m = _CANNOT_MAP.search(msg)
-        if m:
-            p = m.group("pages")
-            pages = int(p, 16) if p.lower().startswith("0x") else int(p)
-            comm = None
-            if trace_owner is not None and trace_left > 0 and trace_owner < len(allocs):
-                comm = allocs[trace_owner].comm
-            counter.keep(
-                "pin_failures",
-                pins,
-                PinFailure(
-                    **_ev(ev),
-                    kind="cannot-map",
-                    comm=comm,
-                    base_addr=m.group("addr"),
-                    pages=pages,
-                    bytes=pages * page_size,
-                ),
-            )
-            continue
 
-        # ---- Xid and fallen off the bus
-        m = _XID.search(msg)
-        if m:
-            code, dev, rest = int(m.group("code")), m.group("dev"), m.group("rest").strip()
-            pid: int | None = None
-            proc: str | None = None
-            pm = _XID_PID.match(rest)
-            if pm:
-                digits = pm.group("pid").strip("'")
-                pid = int(digits) if digits.isdecimal() else None
-                name = pm.group("name").strip()
-                proc = None if name in ("", "<unknown>") else name
-                rest = pm.group("rest")
-            info = xidtable.lookup(code)
-            primary = xidtable.caused_by(rest)
-            if primary is not None and primary != code:
-                first = xidtable.lookup(primary)
-                info = replace(
-                    first,
-                    code=code,
-                    meaning=f"{info.meaning}, caused by Xid {primary} ({first.meaning})",
-                )
-            action = None
-            if code == 154:
-                am2 = _RECOVERY.search(rest)
-                action = am2.group(1) if am2 else None
-            seen_key = (dev.lower(), code)
-            xid_seen[seen_key] = xid_seen.get(seen_key, 0) + 1
-            counter.keep(
-                "xids",
-                xids,
-                XidEvent(
-                    **_ev(ev),
-                    code=code,
-                    device=dev,
-                    pid=pid,
-                    process=proc,
-                    detail=clip(rest),
-                    meaning=info.meaning,
-                    category=info.category,
-                    gpu_fault=info.gpu_fault,
-                    drain=info.drain or xidtable.recovery_action_drains(action),
-                    recovery_action=action,
-                    caused_by=primary,
-                ),
-            )
-            if code == 79:
-                counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=dev, xid=79))
-            continue
-        m = _FALLEN_GPU.search(msg)
-        if m:
-            counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=m.group("dev")))
-            pending_gpu = None
-            continue
-        m = _NVIDIA_GPU.search(msg)
-        if m:
-            if "fallen off the bus" in msg:
-                counter.keep(
-                    "fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=m.group("dev"))
-                )
-            else:
-                pending_gpu = (m.group("dev"), ev, n)
-            continue
+def _message(state: _State, raw: str) -> str:
+    """The line's message without its stamp; a stamped line sets the time the continuation
+    lines after it share, and the first one names the log's time format."""
+    stamp = parse_kernel_prefix(raw, state.ref, state.boot_epoch)
+    if stamp is None:
+        # a continuation line of a multi-line message: it shares the message's time; a
+        # stamp of a shape not known here is set aside so the message is still read
+        msg = raw.strip()
+        if msg.startswith("[") and 0 < msg.find("]") < 40:
+            msg = msg[msg.find("]") + 1 :].strip()
+        return msg
+    state.last_time, state.last_up = stamp.time, stamp.uptime_s
+    if state.fmt == "none":
+        if raw.lstrip("<0123456789>").startswith("[") and stamp.uptime_s is not None:
+            state.fmt = "monotonic"
+        elif stamp.host is not None:
+            state.fmt = "syslog"
+        elif raw.startswith("["):
+            state.fmt = "ctime"
+        else:
+            state.fmt = "iso"
+    return stamp.message.strip()
+
+
+# --- record handlers: each takes the line (True) or leaves it to the next ----------------------
+
+
+def _call_trace(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """os_lock_user_pages in the call trace of a page allocation failure: the NVIDIA driver
+    failed to pin user memory (one record per call trace)."""
+    trace = state.trace
+    trace.left = trace.until - ev.line
+    if msg.startswith("Call Trace") and trace.left <= 0:
+        trace.pinned = False
+    if "os_lock_user_pages" not in msg:
+        return False
+    if not trace.pinned:
+        trace.pinned = True
+        owner = trace.owner if trace.left > 0 else None
+        allocs = state.found.allocs
+        comm = None
+        if owner is not None and owner < len(allocs):
+            allocs[owner] = replace(allocs[owner], nvidia_pinning=True)
+            comm = allocs[owner].comm
+        pin = PinFailure(**_ev(ev), kind="os_lock_user_pages", comm=comm)
+        state.found.counter.keep("pin_failures", state.found.pins, pin)
+    return True
+
+
+def _oom_line(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """A line of an OOM event (`invoked oom-killer` ... `Killed process`), folded into the
+    event being assembled (state.oom); the kill line or `no killable processes` ends it."""
+    match = _INVOKED.match(msg)
+    if match:
+        return _oom_invoked(state, match, ev)
+    match = _CONSTRAINT.match(msg)
+    if match:
+        return _oom_constraint(state, match, msg, ev)
+    match = _TASK_IN.match(msg)
+    if match:
+        return _oom_task_in(state, match, ev)
+    match = _COUNTER.match(msg)
+    if match:
+        return _oom_counter(state, match, ev)
+    match = _STATS_FOR.match(msg)
+    if match and state.oom is not None:
+        return _oom_stats_header(state.oom, match, ev)
+    if state.oom is not None and state.oom.in_stats and _oom_stat_line(state.oom, msg):
+        return True
+    match = _KILL_SACRIFICE.match(msg)
+    if match:
+        return _oom_sacrifice(state, match, ev)
+    match = _KILLED.match(msg)
+    # old kernels print a bare `Killed process N (comm) total-vm:…` (no `Out of memory:`)
+    if match and (match.group("prefix") or state.oom is not None or "total-vm:" in match["rest"]):
+        return _oom_killed(state, match, ev)
+    if _NO_KILLABLE.match(msg):
+        if state.oom is not None:
+            state.oom.end = ev.line
+        state.finish_oom()
+        return True
+    return False
+
+
+def _oom_invoked(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`<comm> invoked oom-killer: gfp_mask=…, order=…`: a new event's first line."""
+    state.finish_oom()
+    oom = state.oom = _Oom(ev)
+    oom.fields["invoked_by"] = match.group("comm")
+    oom.fields["gfp_mask"] = match.group("gfp")
+    if match.group("order"):
+        oom.fields["order"] = int(match.group("order"))
+    return True
+
+
+def _oom_constraint(state: _State, match: re.Match[str], msg: str, ev: KernelEvidence) -> bool:
+    """`oom-kill:constraint=…,oom_memcg=…,task_memcg=…,task=…,pid=…,uid=…` (new kernels)."""
+    oom = state.open_oom(ev)
+    constraint = match.group("constraint")
+    oom.fields["constraint"] = constraint
+    oom.scope = "memcg" if constraint == "CONSTRAINT_MEMCG" else "global"
+    keyed = {key: pattern.search(msg) for key, pattern in _CONSTRAINT_FIELDS.items()}
+    if keyed["oom_memcg"]:
+        oom.fields["memcg"] = keyed["oom_memcg"].group(1)
+    if keyed["task_memcg"]:
+        oom.fields["task_memcg"] = keyed["task_memcg"].group(1)
+    if keyed["task"]:
+        oom.fields["killed_comm"] = keyed["task"].group(1)
+    if keyed["pid"] and keyed["pid"].group(1).isdecimal():
+        oom.fields["killed_pid"] = int(keyed["pid"].group(1))
+    if keyed["uid"] and keyed["uid"].group(1).isdecimal():
+        oom.fields["uid"] = int(keyed["uid"].group(1))
+    oom.end = ev.line
+    return True
+
+
+def _oom_task_in(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`Task in <cgroup> killed as a result of limit of <cgroup>` (old kernels)."""
+    oom = state.open_oom(ev)
+    oom.fields["task_memcg"] = match.group("task")
+    oom.fields.setdefault("memcg", match.group("limit"))
+    if oom.scope is None:
+        oom.scope = "memcg" if match.group("limit") != "/" else "global"
+    oom.end = ev.line
+    return True
+
+
+def _oom_counter(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`memory: usage …kB, limit …kB, failcnt …` and the swap and kmem counters."""
+    oom = state.open_oom(ev)
+    kind = match.group("kind")
+    usage, limit = int(match.group("usage")) * 1024, _bytes_kb(match.group("limit"))
+    if kind == "memory":
+        oom.fields["usage_bytes"], oom.fields["limit_bytes"] = usage, limit
+        if match.group("failcnt"):
+            oom.fields["failcnt"] = int(match.group("failcnt"))
+    elif kind in ("swap", "memory+swap"):
+        oom.fields["swap_usage_bytes"], oom.fields["swap_limit_bytes"] = usage, limit
+    else:
+        oom.fields["kmem_usage_bytes"] = usage
+    oom.end = ev.line
+    return True
+
+
+def _oom_stats_header(oom: _Oom, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`Memory cgroup stats for <cgroup>:`, with the stats on the same line on old kernels
+    (`rss:…KB cache:…KB`) or on the lines that follow on new ones."""
+    oom.fields.setdefault("memcg", match.group("cg"))
+    oom.in_stats = True
+    old = {k: p.search(match.group("rest")) for k, p in _STAT_OLD.items()}
+    for key, name in (("rss", "anon"), ("cache", "file"), ("shmem", "shmem")):
+        stat = old[key]
+        if stat:
+            oom.fields[f"stat_{name}_bytes"] = int(stat.group(1)) * 1024
+    oom.end = ev.line
+    return True
+
+
+def _oom_stat_line(oom: _Oom, msg: str) -> bool:
+    """One `anon|file|shmem <bytes>` line of the stats block; the task list ends the block."""
+    stat = _STAT_LINE.match(msg)
+    if stat:
+        oom.fields[f"stat_{stat.group(1)}_bytes"] = int(stat.group(2))
+        return True
+    if msg.startswith("Tasks state") or msg.startswith("["):
+        oom.in_stats = False
+    return False
+
+
+def _oom_sacrifice(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`…: Kill process N (comm) score … or sacrifice child` (old kernels): the victim; the
+    `Killed process` line follows."""
+    oom = state.open_oom(ev)
+    if oom.scope is None:
+        oom.scope = "memcg" if match.group("prefix").startswith("Memory cgroup") else "global"
+    oom.fields["killed_pid"] = int(match.group("pid"))
+    oom.fields["killed_comm"] = match.group("comm")
+    oom.awaiting_killed = True
+    oom.end = ev.line
+    return True
+
+
+def _oom_killed(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`Killed process N (comm) total-vm:…kB, anon-rss:…`: the kill, which ends the event."""
+    oom = state.open_oom(ev)
+    prefix = match.group("prefix") or ""
+    if oom.scope is None and prefix:
+        oom.scope = "memcg" if prefix.startswith("Memory cgroup") else "global"
+    rest = match.group("rest")
+    oom.fields["killed_pid"] = int(match.group("pid"))
+    oom.fields["killed_comm"] = match.group("comm")
+    for key, pattern in _KILLED_KB.items():
+        size = pattern.search(rest)
+        if size:
+            oom.fields[key.replace("-", "_") + "_bytes"] = int(size.group(1)) * 1024
+    uid = _UID.search(rest)
+    if uid:
+        oom.fields["uid"] = int(uid.group(1))
+    adj = _ADJ.search(rest)
+    if adj:
+        oom.fields["oom_score_adj"] = int(adj.group(1))
+    oom.fields["kill_line"] = ev.line
+    oom.fields["kill_text"] = ev.text
+    oom.end = ev.line
+    state.finish_oom()
+    return True
+
+
+def _page_alloc_failure(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """`<comm>: page allocation failure: order:…, mode:…`; its call trace follows (_call_trace
+    reads it for the NVIDIA driver's pinning)."""
+    match = _ALLOC_FAIL.match(msg)
+    if not match:
+        return False
+    record = PageAllocFailure(
+        **_ev(ev),
+        comm=match.group("comm"),
+        order=int(match.group("order")) if match.group("order") else None,
+        mode=match.group("mode"),
+    )
+    allocs = state.found.allocs
+    state.found.counter.keep("page_alloc_failures", allocs, record)
+    trace = state.trace
+    trace.owner = len(allocs) - 1 if allocs and allocs[-1] is record else None
+    trace.until, trace.left, trace.pinned = ev.line + 200, 200, False
+    return True
+
+
+def _cannot_map(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """`NVRM: Cannot map memory with base addr … and size of … pages`: the driver failed to
+    map user memory (the process is the page allocation failure's whose trace is open)."""
+    match = _CANNOT_MAP.search(msg)
+    if not match:
+        return False
+    size = match.group("pages")
+    pages = int(size, 16) if size.lower().startswith("0x") else int(size)
+    trace, allocs = state.trace, state.found.allocs
+    comm = None
+    if trace.owner is not None and trace.left > 0 and trace.owner < len(allocs):
+        comm = allocs[trace.owner].comm
+    pin = PinFailure(
+        **_ev(ev),
+        kind="cannot-map",
+        comm=comm,
+        base_addr=match.group("addr"),
+        pages=pages,
+        bytes=pages * state.page_size,
+    )
+    state.found.counter.keep("pin_failures", state.found.pins, pin)
+    return True
+
+
+def _xid(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """`NVRM: Xid (PCI:<dev>): <code>, pid=…, name=…, <detail>`, judged by the Xid catalog (a
+    secondary Xid by its primary's entry); Xid 79 is also a GPU fallen off the bus."""
+    match = _XID.search(msg)
+    if not match:
+        return False
+    code, device, rest = int(match.group("code")), match.group("dev"), match.group("rest").strip()
+    pid: int | None = None
+    process: str | None = None
+    owner = _XID_PID.match(rest)
+    if owner:
+        digits = owner.group("pid").strip("'")
+        pid = int(digits) if digits.isdecimal() else None
+        name = owner.group("name").strip()
+        process = None if name in ("", "<unknown>") else name
+        rest = owner.group("rest")
+    info = xidtable.lookup(code)
+    primary = xidtable.caused_by(rest)
+    if primary is not None and primary != code:
+        first = xidtable.lookup(primary)
+        meaning = f"{info.meaning}, caused by Xid {primary} ({first.meaning})"
+        info = replace(first, code=code, meaning=meaning)
+    action = None
+    if code == 154:
+        recovery = _RECOVERY.search(rest)
+        action = recovery.group(1) if recovery else None
+    found = state.found
+    seen_key = (device.lower(), code)
+    found.xid_seen[seen_key] = found.xid_seen.get(seen_key, 0) + 1
+    event = XidEvent(
+        **_ev(ev),
+        code=code,
+        device=device,
+        pid=pid,
+        process=process,
+        detail=clip(rest),
+        meaning=info.meaning,
+        category=info.category,
+        gpu_fault=info.gpu_fault,
+        drain=info.drain or xidtable.recovery_action_drains(action),
+        recovery_action=action,
+        caused_by=primary,
+    )
+    found.counter.keep("xids", found.xids, event)
+    if code == 79:
+        fallen = FallenOffBus(**_ev(ev), device=device, xid=79)
+        found.counter.keep("fallen_off_bus", found.fallen, fallen)
+    return True
+
+
+def _fallen_off_bus(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """A GPU fallen off the bus: `NVRM: GPU at PCI:<dev>: … fallen off the bus`, or `NVRM: The
+    NVIDIA GPU <dev>` with `fallen off the bus` on it or up to four lines after it."""
+    found = state.found
+    match = _FALLEN_GPU.search(msg)
+    if match:
+        fallen = FallenOffBus(**_ev(ev), device=match.group("dev"))
+        found.counter.keep("fallen_off_bus", found.fallen, fallen)
+        state.pending_gpu = None
+        return True
+    match = _NVIDIA_GPU.search(msg)
+    if match:
         if "fallen off the bus" in msg:
-            if pending_gpu is not None and n - pending_gpu[2] <= 4:
-                dev_name, first_ev, _ = pending_gpu
-                counter.keep(
-                    "fallen_off_bus", fallen, FallenOffBus(**_ev(first_ev), device=dev_name)
-                )
-            else:
-                counter.keep("fallen_off_bus", fallen, FallenOffBus(**_ev(ev), device=None))
-            pending_gpu = None
-            continue
+            fallen = FallenOffBus(**_ev(ev), device=match.group("dev"))
+            found.counter.keep("fallen_off_bus", found.fallen, fallen)
+        else:
+            state.pending_gpu = (match.group("dev"), ev, ev.line)
+        return True
+    if "fallen off the bus" not in msg:
+        return False
+    pending = state.pending_gpu
+    if pending is not None and ev.line - pending[2] <= 4:
+        device, first_ev, _ = pending
+        fallen = FallenOffBus(**_ev(first_ev), device=device)
+    else:
+        fallen = FallenOffBus(**_ev(ev), device=None)
+    found.counter.keep("fallen_off_bus", found.fallen, fallen)
+    state.pending_gpu = None
+    return True
 
-        # ---- kernel lines the catalog names (IOMMU faults)
-        if any(word in msg for word in words):
-            sig = catalog.classify(msg, kernel=True)
-            if sig is not None:
-                counter.keep(
-                    "catalog_hits",
-                    iommu,
-                    KernelSignature(**_ev(ev), signature=sig.id, role=sig.role, cause=sig.cause),
-                )
-                continue
 
-        # ---- PCIe AER
-        m = _AER_RECEIVED.match(msg)
-        if m and _severity(m.group("sev"), m.group("fat")) == "corrected":
-            finish_aer()  # a form _CORRECTED does not count (no reporter prefix)
-            continue
-        if m:
-            finish_aer()
-            aer = _Aer(
-                ev, _severity(m.group("sev"), m.group("fat")), m.group("rep"), m.group("dev")
-            )
-            continue
-        m = _AER_BUS.match(msg)
-        if m:
-            sev = _severity(m.group("sev"), m.group("fat"))
-            if sev == "corrected":  # the detail of a corrected report, counted by its first line
-                finish_aer()
-                continue
-            if aer is None or aer.has_bus_line or aer.severity != sev or n - aer.last_line > 6:
-                finish_aer()
-                aer = _Aer(ev, sev, None, m.group("rep").split()[-1])
-            aer.has_bus_line = True
-            aer.error_type = (m.group("type") or "").strip() or None
-            aer.device = m.group("rep").split()[-1]
-            aer.last_line = n
-            continue
-        if aer is not None and n - aer.last_line <= 6:
-            dm = _AER_DEVICE.search(msg)
-            if dm:
-                aer.vendor_device = dm.group("vd").lower()
-                aer.last_line = n
-                continue
-            bm = _AER_BIT.search(msg)
-            if bm:
-                name = bm.group("name").strip()
-                aer.errors.append(name)
-                if bm.group("first"):
-                    aer.first = name
-                aer.last_line = n
-                continue
-            if "AER:" in msg:
-                aer.last_line = n
-                continue
+def _catalog_line(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """A kernel line the signature catalog names: IOMMU faults (AMD-Vi, DMAR), NVSwitch SXid."""
+    if not any(word in msg for word in state.words):
+        return False
+    sig = state.catalog.classify(msg, kernel=True)
+    if sig is None:
+        return False
+    hit = KernelSignature(**_ev(ev), signature=sig.id, role=sig.role, cause=sig.cause)
+    state.found.counter.keep("catalog_hits", state.found.catalog_hits, hit)
+    return True
 
-    finish_oom()
-    finish_aer()
+
+def _aer(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """An uncorrected PCIe AER error: its `AER: … error received` and `PCIe Bus Error:
+    severity=…` lines open the record (state.aer), the device and error-bit lines within six
+    lines of its last one are its detail. A corrected report's lines only end an open one."""
+    match = _AER_RECEIVED.match(msg)
+    if match:
+        state.finish_aer()
+        severity = _severity(match.group("severity"), match.group("fatal"))
+        if severity != "corrected":  # a corrected form _CORRECTED does not count (no reporter)
+            state.aer = _Aer(ev, severity, match.group("reporter"), match.group("dev"))
+        return True
+    match = _AER_BUS.match(msg)
+    if match:
+        return _aer_bus_line(state, match, ev)
+    aer = state.aer
+    if aer is None or ev.line - aer.last_line > 6:
+        return False
+    return _aer_detail(aer, msg, ev.line)
+
+
+def _aer_bus_line(state: _State, match: re.Match[str], ev: KernelEvidence) -> bool:
+    """`<dev>: PCIe Bus Error: severity=…, type=…`: the record's device and error type; one
+    that does not continue the open record starts a new one."""
+    severity = _severity(match.group("severity"), match.group("fatal"))
+    if severity == "corrected":  # the detail of a corrected report, counted by its first line
+        state.finish_aer()
+        return True
+    device = match.group("reporter").split()[-1]
+    aer = state.aer
+    if aer is None or aer.has_bus_line or aer.severity != severity or ev.line - aer.last_line > 6:
+        state.finish_aer()
+        aer = state.aer = _Aer(ev, severity, None, device)
+    aer.has_bus_line = True
+    aer.error_type = (match.group("type") or "").strip() or None
+    aer.device = device
+    aer.last_line = ev.line
+    return True
+
+
+def _aer_detail(aer: _Aer, msg: str, number: int) -> bool:
+    """A detail line of the open AER record: `device [vvvv:dddd] error status/mask=…`, an
+    error bit (`[ 0] RxErr (First)`), or any other `AER:` line."""
+    device = _AER_DEVICE.search(msg)
+    if device:
+        aer.vendor_device = device.group("vendor_device").lower()
+    else:
+        bit = _AER_BIT.search(msg)
+        if bit:
+            name = bit.group("name").strip()
+            aer.errors.append(name)
+            if bit.group("first"):
+                aer.first = name
+        elif "AER:" not in msg:
+            return False
+    aer.last_line = number
+    return True
+
+
+#: the record handlers in the order a line is offered to them (the first that takes it wins)
+_HANDLERS = (
+    _call_trace,
+    _oom_line,
+    _page_alloc_failure,
+    _cannot_map,
+    _xid,
+    _fallen_off_bus,
+    _catalog_line,
+    _aer,
+)
+
+
+def _facts(state: _State, lines: int, seen_lines: int) -> DmesgFacts:
+    """The records found, with the corrected AER reports summed per device and the Xids
+    seen more than once for a GPU marked repeated."""
+    found, counter = state.found, state.found.counter
     summaries = tuple(
         CorrectedAer(
             device=device,
             reports=seen.count,
-            first=_stamped(seen.first, source, ref, boot_epoch),
-            last=_stamped(seen.last, source, ref, boot_epoch),
+            first=_stamped(seen.first, state.source, state.ref, state.boot_epoch),
+            last=_stamped(seen.last, state.source, state.ref, state.boot_epoch),
         )
-        for device, seen in corrected.items()
+        for device, seen in found.corrected.items()
     )
     if summaries:
         counter.totals["aer_corrected"] = sum(a.reports for a in summaries)
-
-    if any(v > 1 for v in xid_seen.values()):
+    xids = found.xids
+    if any(v > 1 for v in found.xid_seen.values()):
         for i, x in enumerate(xids):
-            if xid_seen.get((x.device.lower(), x.code), 0) > 1:
+            if found.xid_seen.get((x.device.lower(), x.code), 0) > 1:
                 info = xidtable.lookup(x.code)
                 xids[i] = replace(x, repeated=True, drain=x.drain or info.drain_if_repeated)
-
+    records = (found.memcg, found.global_, found.allocs, found.pins, xids, found.fallen,
+               found.aers, found.catalog_hits, summaries)  # fmt: skip
     return DmesgFacts(
-        memcg_ooms=tuple(memcg),
-        global_ooms=tuple(global_),
-        page_alloc_failures=tuple(allocs),
-        pin_failures=tuple(pins),
+        memcg_ooms=tuple(found.memcg),
+        global_ooms=tuple(found.global_),
+        page_alloc_failures=tuple(found.allocs),
+        pin_failures=tuple(found.pins),
         xids=tuple(xids),
-        fallen_off_bus=tuple(fallen),
-        aer=tuple(aers),
-        lines=n,
+        fallen_off_bus=tuple(found.fallen),
+        aer=tuple(found.aers),
+        lines=lines,
         totals=dict(counter.totals),
-        time_format=fmt,  # type: ignore[arg-type]
-        boot_epoch=boot_epoch,
-        catalog_hits=tuple(iommu),
-        recognized=fmt != "none" or not seen_lines or bool(
-            memcg or global_ or allocs or pins or xids or fallen or aers or iommu or summaries
-        ),
+        time_format=state.fmt,  # type: ignore[arg-type]
+        boot_epoch=state.boot_epoch,
+        catalog_hits=tuple(found.catalog_hits),
+        recognized=state.fmt != "none" or not seen_lines or any(records),
         aer_corrected=summaries,
     )
 

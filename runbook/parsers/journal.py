@@ -131,28 +131,29 @@ def parse_journal(
             continue
         kinds[kind] = kinds.get(kind, 0) + 1
         uid = _UID.search(msg)
-        cid = _CID.search(msg)
+        container_id = _CID.search(msg)
         pod = _POD.search(msg)
-        cname = _CNAME.search(msg)
-        ex = _EXIT.search(msg)
-        ct = _CTIME.search(msg)
+        container_name = _CNAME.search(msg)
+        exited = _EXIT.search(msg)
+        precise = _CTIME.search(msg)
+        # containerd's own `time=` is precise and zoned; the syslog stamp is neither
+        precise_time = iso(precise.group(1)) if precise else None
         counter.keep(
             "events",
             events,
             JournalEvent(
                 source=source,
                 line=n,
-                # containerd's own `time=` is precise and zoned; the syslog stamp is neither
-                time=(iso(ct.group(1)) if ct else None) or (stamp.time if stamp else None),
+                time=precise_time or (stamp.time if stamp else None),
                 text=clip(raw),
                 kind=kind,
                 unit=stamp.ident if stamp else None,
-                precise_time=iso(ct.group(1)) if ct else None,
+                precise_time=precise_time,
                 pod=pod.group(1) if pod else None,
                 pod_uid=_pod_uid(uid.group(1)) if uid else None,
-                container_id=cid.group(1) if cid else None,
-                container_name=cname.group(1) if cname else None,
-                exit_status=int(next(g for g in ex.groups() if g)) if ex else None,
+                container_id=container_id.group(1) if container_id else None,
+                container_name=container_name.group(1) if container_name else None,
+                exit_status=int(next(g for g in exited.groups() if g)) if exited else None,
             ),
         )
     if isinstance(lines, candidates):

@@ -152,19 +152,19 @@ class NodeFacts:
     unschedulable: bool = False
 
 
-def _d(value: Any) -> dict[str, Any]:
+def _as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _l(value: Any) -> list[Any]:
+def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
-def _s(value: Any) -> str | None:
+def _as_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _i(value: Any) -> int | None:
+def _as_int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
@@ -172,35 +172,36 @@ def pod_cgroup_paths(uid: str, qos: str | None) -> list[str]:
     """Candidate memory-cgroup directories of a pod on its node, most likely first:
     the systemd driver (cgroup v2 unified, then v1 memory controller) and cgroupfs (v2, v1).
     Guaranteed pods sit directly under `kubepods`; the others under their QoS class."""
-    q = (qos or "").lower()
-    us = uid.replace("-", "_")
+    qos_class = (qos or "").lower()
+    # systemd escapes the uid's dashes in a slice name
+    escaped = uid.replace("-", "_")
     root = "/sys/fs/cgroup"
-    if q == "guaranteed":
-        slice_ = f"kubepods.slice/kubepods-pod{us}.slice"
-        fs = f"kubepods/pod{uid}"
+    if qos_class == "guaranteed":
+        systemd = f"kubepods.slice/kubepods-pod{escaped}.slice"
+        cgroupfs = f"kubepods/pod{uid}"
     else:
-        cls = q if q in ("burstable", "besteffort") else "burstable"
-        slice_ = f"kubepods.slice/kubepods-{cls}.slice/kubepods-{cls}-pod{us}.slice"
-        fs = f"kubepods/{cls}/pod{uid}"
+        tier = qos_class if qos_class in ("burstable", "besteffort") else "burstable"
+        systemd = f"kubepods.slice/kubepods-{tier}.slice/kubepods-{tier}-pod{escaped}.slice"
+        cgroupfs = f"kubepods/{tier}/pod{uid}"
     return [
-        f"{root}/{slice_}",
-        f"{root}/memory/{slice_}",
-        f"{root}/{fs}",
-        f"{root}/memory/{fs}",
+        f"{root}/{systemd}",
+        f"{root}/memory/{systemd}",
+        f"{root}/{cgroupfs}",
+        f"{root}/memory/{cgroupfs}",
     ]
 
 
 def _termination(value: Any) -> Termination | None:
-    t = _d(value)
+    t = _as_dict(value)
     if not t:
         return None
     return Termination(
-        reason=_s(t.get("reason")),
-        exit_code=_i(t.get("exitCode")),
-        signal=_i(t.get("signal")),
-        started_at=_s(t.get("startedAt")),
-        finished_at=_s(t.get("finishedAt")),
-        message=(_s(t.get("message")) or None) and str(t.get("message"))[:300],
+        reason=_as_str(t.get("reason")),
+        exit_code=_as_int(t.get("exitCode")),
+        signal=_as_int(t.get("signal")),
+        started_at=_as_str(t.get("startedAt")),
+        finished_at=_as_str(t.get("finishedAt")),
+        message=(_as_str(t.get("message")) or None) and str(t.get("message"))[:300],
     )
 
 
@@ -209,86 +210,31 @@ def _killed(t: Termination | None) -> bool:
 
 
 def _pod(obj: dict[str, Any]) -> PodFacts:
-    meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
-    statuses: dict[tuple[bool, str], dict[str, Any]] = {}
-    for init, key in ((False, "containerStatuses"), (True, "initContainerStatuses")):
-        for cs in _l(status.get(key)):
-            cs = _d(cs)
-            if isinstance(cs.get("name"), str):
-                statuses[(init, cs["name"])] = cs
-    volumes: list[VolumeFacts] = []
-    mem_volumes: set[str] = set()
-    mounts: dict[str, list[str]] = {}
+    meta, spec = _as_dict(obj.get("metadata")), _as_dict(obj.get("spec"))
+    status = _as_dict(obj.get("status"))
+    volumes = _volumes(spec)
+    in_memory = {v.name for v in volumes if v.medium == "Memory"}
+    statuses = _container_statuses(status)
     containers: list[ContainerFacts] = []
-    for key in ("containers", "initContainers"):
-        for c in _l(spec.get(key)):
-            c = _d(c)
-            for vm in _l(c.get("volumeMounts")):
-                vm = _d(vm)
-                if isinstance(vm.get("name"), str) and isinstance(vm.get("mountPath"), str):
-                    mounts.setdefault(vm["name"], []).append(vm["mountPath"])
-    for v in _l(spec.get("volumes")):
-        v = _d(v)
-        name = _s(v.get("name")) or ""
-        kind = next((k for k in v if k != "name"), "unknown")
-        ed = _d(v.get("emptyDir")) if "emptyDir" in v else None
-        medium = _s(ed.get("medium")) if ed is not None else None
-        if medium == "Memory":
-            mem_volumes.add(name)
-        volumes.append(
-            VolumeFacts(
-                name=name,
-                kind=kind,
-                medium=medium or None,
-                size_limit_bytes=parse_quantity(ed.get("sizeLimit")) if ed is not None else None,
-                mounted_at=tuple(mounts.get(name, ())),
-            )
-        )
     for init, key in ((False, "containers"), (True, "initContainers")):
-        for c in _l(spec.get(key)):
-            c = _d(c)
-            name = _s(c.get("name")) or ""
-            res = _d(c.get("resources"))
-            cs = statuses.get((init, name), {})
-            state = _d(cs.get("state"))
-            term = _termination(state.get("terminated"))
-            last = _termination(_d(cs.get("lastState")).get("terminated"))
-            shm = tuple(
-                _s(_d(vm).get("mountPath")) or ""
-                for vm in _l(c.get("volumeMounts"))
-                if _d(vm).get("name") in mem_volumes
-            )
-            containers.append(
-                ContainerFacts(
-                    name=name,
-                    init=init,
-                    restarts=_i(cs.get("restartCount")) or 0,
-                    ready=cs.get("ready") if isinstance(cs.get("ready"), bool) else None,
-                    state=next(iter(state), None),
-                    terminated=term,
-                    last_terminated=last,
-                    memory_request_bytes=parse_quantity(_d(res.get("requests")).get("memory")),
-                    memory_limit_bytes=parse_quantity(_d(res.get("limits")).get("memory")),
-                    oom_killed=any(t is not None and t.oom_killed for t in (term, last)),
-                    sigkilled=_killed(term) or _killed(last),
-                    container_id=_s(cs.get("containerID")),
-                    shm_mounts=shm,
-                )
-            )
+        for item in _as_list(spec.get(key)):
+            container = _as_dict(item)
+            status_of = statuses.get((init, _as_str(container.get("name")) or ""), {})
+            containers.append(_container(container, init, status_of, in_memory))
     main = [c for c in containers if not c.init]
     limits = [c.memory_limit_bytes for c in main]
     requests = [c.memory_request_bytes for c in main]
-    uid = _s(meta.get("uid"))
-    qos = _s(status.get("qosClass"))
-    labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
+    uid = _as_str(meta.get("uid"))
+    qos = _as_str(status.get("qosClass"))
+    labels = {str(k): str(v) for k, v in _as_dict(meta.get("labels")).items()}
     return PodFacts(
-        name=_s(meta.get("name")),
-        namespace=_s(meta.get("namespace")),
+        name=_as_str(meta.get("name")),
+        namespace=_as_str(meta.get("namespace")),
         uid=uid,
-        node_name=_s(spec.get("nodeName")),
+        node_name=_as_str(spec.get("nodeName")),
         qos_class=qos,
-        phase=_s(status.get("phase")),
-        reason=_s(status.get("reason")),
+        phase=_as_str(status.get("phase")),
+        reason=_as_str(status.get("reason")),
         containers=tuple(containers),
         volumes=tuple(volumes),
         memory_limit_bytes=sum(x for x in limits if x is not None)
@@ -302,15 +248,85 @@ def _pod(obj: dict[str, Any]) -> PodFacts:
     )
 
 
+def _container_statuses(status: dict[str, Any]) -> dict[tuple[bool, str], dict[str, Any]]:
+    """The pod's container statuses by (init container, name)."""
+    statuses: dict[tuple[bool, str], dict[str, Any]] = {}
+    for init, key in ((False, "containerStatuses"), (True, "initContainerStatuses")):
+        for item in _as_list(status.get(key)):
+            container_status = _as_dict(item)
+            if isinstance(container_status.get("name"), str):
+                statuses[(init, container_status["name"])] = container_status
+    return statuses
+
+
+def _volumes(spec: dict[str, Any]) -> list[VolumeFacts]:
+    """The pod's volumes, each with where its containers mount it."""
+    mounts: dict[str, list[str]] = {}
+    for key in ("containers", "initContainers"):
+        for container in _as_list(spec.get(key)):
+            for item in _as_list(_as_dict(container).get("volumeMounts")):
+                mount = _as_dict(item)
+                if isinstance(mount.get("name"), str) and isinstance(mount.get("mountPath"), str):
+                    mounts.setdefault(mount["name"], []).append(mount["mountPath"])
+    volumes: list[VolumeFacts] = []
+    for item in _as_list(spec.get("volumes")):
+        volume = _as_dict(item)
+        name = _as_str(volume.get("name")) or ""
+        empty_dir = _as_dict(volume.get("emptyDir")) if "emptyDir" in volume else None
+        medium = _as_str(empty_dir.get("medium")) if empty_dir is not None else None
+        size_limit = parse_quantity(empty_dir.get("sizeLimit")) if empty_dir is not None else None
+        volumes.append(
+            VolumeFacts(
+                name=name,
+                kind=next((k for k in volume if k != "name"), "unknown"),
+                medium=medium or None,
+                size_limit_bytes=size_limit,
+                mounted_at=tuple(mounts.get(name, ())),
+            )
+        )
+    return volumes
+
+
+def _container(
+    spec: dict[str, Any], init: bool, status: dict[str, Any], in_memory: set[str]
+) -> ContainerFacts:
+    """One container: its spec's memory request and limit and /dev/shm-like mounts (of the
+    volumes in memory), its status's restarts, state and terminations."""
+    resources = _as_dict(spec.get("resources"))
+    state = _as_dict(status.get("state"))
+    terminated = _termination(state.get("terminated"))
+    last = _termination(_as_dict(status.get("lastState")).get("terminated"))
+    shm = tuple(
+        _as_str(_as_dict(mount).get("mountPath")) or ""
+        for mount in _as_list(spec.get("volumeMounts"))
+        if _as_dict(mount).get("name") in in_memory
+    )
+    return ContainerFacts(
+        name=_as_str(spec.get("name")) or "",
+        init=init,
+        restarts=_as_int(status.get("restartCount")) or 0,
+        ready=status.get("ready") if isinstance(status.get("ready"), bool) else None,
+        state=next(iter(state), None),
+        terminated=terminated,
+        last_terminated=last,
+        memory_request_bytes=parse_quantity(_as_dict(resources.get("requests")).get("memory")),
+        memory_limit_bytes=parse_quantity(_as_dict(resources.get("limits")).get("memory")),
+        oom_killed=any(t is not None and t.oom_killed for t in (terminated, last)),
+        sigkilled=_killed(terminated) or _killed(last),
+        container_id=_as_str(status.get("containerID")),
+        shm_mounts=shm,
+    )
+
+
 def parse_pods(text: str) -> tuple[PodFacts, ...]:
     """`kubectl get pod -o json`: a Pod, or a List of Pods. Unparseable text gives ()."""
     try:
         obj = json.loads(text)
     except (ValueError, RecursionError):
         return ()
-    obj = _d(obj)
+    obj = _as_dict(obj)
     if obj.get("kind") == "List" or "items" in obj:
-        return tuple(_pod(_d(i)) for i in _l(obj.get("items")) if _d(i))
+        return tuple(_pod(_as_dict(i)) for i in _as_list(obj.get("items")) if _as_dict(i))
     return (_pod(obj),) if obj else ()
 
 
@@ -322,22 +338,23 @@ def parse_node(text: str) -> NodeFacts | None:
         obj = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    obj = _d(obj)
+    obj = _as_dict(obj)
     if obj.get("kind") == "List":
-        items = _l(obj.get("items"))
-        obj = _d(items[0]) if items else {}
+        items = _as_list(obj.get("items"))
+        obj = _as_dict(items[0]) if items else {}
     if not obj:
         return None
-    meta, spec, status = _d(obj.get("metadata")), _d(obj.get("spec")), _d(obj.get("status"))
-    labels = {str(k): str(v) for k, v in _d(meta.get("labels")).items()}
+    meta, spec = _as_dict(obj.get("metadata")), _as_dict(obj.get("spec"))
+    status = _as_dict(obj.get("status"))
+    labels = {str(k): str(v) for k, v in _as_dict(meta.get("labels")).items()}
     conds = tuple(
         NodeCondition(
             type=str(c.get("type")),
             status=str(c.get("status")),
-            reason=_s(c.get("reason")),
-            message=_s(c.get("message")),
+            reason=_as_str(c.get("reason")),
+            message=_as_str(c.get("message")),
         )
-        for c in (_d(x) for x in _l(status.get("conditions")))
+        for c in (_as_dict(x) for x in _as_list(status.get("conditions")))
         if c.get("type")
     )
 
@@ -347,11 +364,11 @@ def parse_node(text: str) -> NodeFacts | None:
                 return {"True": True, "False": False}.get(c.status)
         return None
 
-    alloc = _d(status.get("allocatable"))
+    alloc = _as_dict(status.get("allocatable"))
     return NodeFacts(
-        name=_s(meta.get("name")),
+        name=_as_str(meta.get("name")),
         labels=labels,
-        capacity_memory_bytes=parse_quantity(_d(status.get("capacity")).get("memory")),
+        capacity_memory_bytes=parse_quantity(_as_dict(status.get("capacity")).get("memory")),
         allocatable_memory_bytes=parse_quantity(alloc.get("memory")),
         conditions=conds,
         memory_pressure=cond("MemoryPressure"),

@@ -145,160 +145,231 @@ def _transport_kind(via: str) -> str:
     return parts[0]
 
 
+@dataclass(frozen=True)
+class _Line:
+    """An NCCL line taken apart: `host:pid:tid [dev] [file.cc:LINE] NCCL LEVEL message`, or
+    the bare `NCCL LEVEL message` (host, pid and device None)."""
+
+    level: str
+    msg: str
+    location: str | None
+    host: str | None = None
+    pid: int | None = None
+    device: str | None = None
+
+
+def _split(raw: str) -> _Line | None:
+    """The NCCL line `raw` taken apart, or None when it has neither shape."""
+    prefixed = _PREFIX.search(raw)
+    if prefixed:
+        return _Line(
+            level=prefixed.group("level"),
+            msg=prefixed.group("msg").strip(),
+            location=prefixed.group("loc"),
+            host=prefixed.group("host"),
+            pid=int(prefixed.group("pid")),
+            device=prefixed.group("dev"),
+        )
+    bare = _BARE.search(raw)
+    if bare:
+        return _Line(level=bare.group("level"), msg=bare.group("msg").strip(),
+                     location=bare.group("loc"))  # fmt: skip
+    return None
+
+
+def _add_new(known: list[str], items: Iterable[str]) -> None:
+    """Append each of `items` not yet in `known`, in order."""
+    for item in items:
+        if item not in known:
+            known.append(item)
+
+
+@dataclass
+class _NcclLog:
+    """What parse_nccl_log has read of one log so far (the fields of NcclLogFacts)."""
+
+    source: str
+    ref: TimeRef
+    counter: Counter = field(default_factory=Counter)
+    versions: list[str] = field(default_factory=list)
+    network: str | None = None
+    ib_no_device: bool = False
+    ib_devices: list[str] = field(default_factory=list)
+    socket_interfaces: list[str] = field(default_factory=list)
+    bootstrap_interfaces: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    transports: dict[str, int] = field(default_factory=dict)
+    transport_examples: list[str] = field(default_factory=list)
+    warns: list[NcclWarn] = field(default_factory=list)
+    warn_categories: dict[str, int] = field(default_factory=dict)
+    result_codes: dict[str, int] = field(default_factory=dict)
+    first_result_code: int | None = None
+    init_complete_ranks: set[int] = field(default_factory=set)
+    nranks: int | None = None
+    nnodes: int | None = None
+    hosts: list[str] = field(default_factory=list)
+    nccl_lines: int = 0
+
+    def add_host(self, host: str | None) -> None:
+        if host is not None and host not in self.hosts and len(self.hosts) < 256:
+            self.hosts.append(host)
+
+    def facts(self, lines: int) -> NcclLogFacts:
+        network = self.network
+        if network is None and self.socket_interfaces and not self.ib_devices:
+            network = "Socket"
+        return NcclLogFacts(
+            version=self.versions[0] if self.versions else None,
+            versions=tuple(self.versions),
+            network=network,
+            ib_no_device=self.ib_no_device,
+            ib_devices=tuple(self.ib_devices),
+            socket_interfaces=tuple(self.socket_interfaces),
+            bootstrap_interfaces=tuple(self.bootstrap_interfaces),
+            env=self.env,
+            transports=self.transports,
+            transport_examples=tuple(self.transport_examples),
+            warns=tuple(self.warns),
+            warn_categories=self.warn_categories,
+            result_codes=self.result_codes,
+            first_result_code=self.first_result_code,
+            init_complete_ranks=tuple(sorted(self.init_complete_ranks)),
+            nranks=self.nranks,
+            nnodes=self.nnodes,
+            hosts=tuple(self.hosts),
+            lines=lines,
+            nccl_lines=self.nccl_lines,
+            totals=dict(self.counter.totals),
+        )
+
+
 def parse_nccl_log(
     lines: Iterable[str], *, source: str = "nccl.log", collected_at: str | None = None
 ) -> NcclLogFacts:
-    ref = TimeRef(collected_at)
-    counter = Counter()
-    versions: list[str] = []
-    network: str | None = None
-    ib_no_device = False
-    ib_devs: list[str] = []
-    sock_if: list[str] = []
-    boot_if: list[str] = []
-    env: dict[str, str] = {}
-    transports: dict[str, int] = {}
-    examples: list[str] = []
-    warns: list[NcclWarn] = []
-    warn_cats: dict[str, int] = {}
-    results: dict[str, int] = {}
-    first_code: int | None = None
-    ranks: set[int] = set()
-    nranks: int | None = None
-    nnodes: int | None = None
-    hosts: list[str] = []
-    n = nccl = 0
-    for n, raw in enumerate(lines, 1):
+    """One log's NCCL lines (see the module docstring): the version wherever it is printed,
+    each WARN classified (_warn), what the INFO lines say (_info)."""
+    log = _NcclLog(source, TimeRef(collected_at))
+    number = 0
+    for number, raw in enumerate(lines, 1):
         if "NCCL" not in raw:
             continue
-        m = _PREFIX.search(raw)
-        host = pid = dev = None
-        if m:
-            host, pid, dev = m.group("host"), int(m.group("pid")), m.group("dev")
-            level, msg, loc = m.group("level"), m.group("msg").strip(), m.group("loc")
-            if host not in hosts and len(hosts) < 256:
-                hosts.append(host)
+        line = _split(raw)
+        if line is None:
+            version = _VERSION.search(raw)  # `NCCL version …` printed without a prefix
+            if version:
+                _add_new(log.versions, [version.group(1)])
+            continue
+        log.add_host(line.host)
+        log.nccl_lines += 1
+        version = _VERSION.search(line.msg)
+        if version:
+            _add_new(log.versions, [version.group(1)])
+        elif line.level == "WARN":
+            _warn(log, line, number, raw)
         else:
-            b = _BARE.search(raw)
-            if b:
-                level, msg, loc = b.group("level"), b.group("msg").strip(), b.group("loc")
-            else:
-                vm = _VERSION.search(raw)
-                if vm and vm.group(1) not in versions:
-                    versions.append(vm.group(1))
-                continue
-        nccl += 1
-        vm = _VERSION.search(msg)
-        if vm:
-            if vm.group(1) not in versions:
-                versions.append(vm.group(1))
-            continue
-        if level == "WARN":
-            cat = classify_warn(msg)
-            warn_cats[cat] = warn_cats.get(cat, 0) + 1
-            sm = _SIZE.search(msg)
-            counter.keep(
-                "warns",
-                warns,
-                NcclWarn(
-                    source=source,
-                    line=n,
-                    time=find_time(raw, ref),
-                    text=clip(raw),
-                    category=cat,
-                    message=clip(msg),
-                    host=host,
-                    pid=pid,
-                    device=dev,
-                    location=loc,
-                    size_bytes=int(sm.group(1)) if sm else None,
-                ),
-            )
-            if "NET/IB : No device found" in msg:
-                ib_no_device = True
-            continue
-        rm = _RESULT.match(msg)
-        if rm:
-            code = int(rm.group(1))
-            results[str(code)] = results.get(str(code), 0) + 1
-            if first_code is None and code != 0:
-                first_code = code
-            continue
-        tm = _TRANSPORT.match(msg)
-        if tm:
-            kind = _transport_kind(tm.group("via"))
-            transports[kind] = transports.get(kind, 0) + 1
-            if len(examples) < 8 and not any(e.endswith(tm.group("via")) for e in examples):
-                examples.append(clip(msg))
-            continue
-        if "NET/IB : No device found" in msg or "NET/IB: No device found" in msg:
-            ib_no_device = True
-            continue
-        um = _USING_NET.search(msg)
-        if um:
-            network = um.group(1)
-            continue
-        im = _IB_USING.search(msg)
-        if im:
-            for d in _DEV_ENTRY.findall(im.group(1)):
-                if d not in ib_devs:
-                    ib_devs.append(d)
-            network = network or "IB"
-            continue
-        sm2 = _SOCK_USING.search(msg)
-        if sm2:
-            for d in _DEV_ENTRY.findall(sm2.group(1)):
-                if d not in sock_if:
-                    sock_if.append(d)
-            continue
-        bm = _BOOTSTRAP.search(msg)
-        if bm:
-            for d in re.findall(r"(?:\[\d+\])?([\w.-]+:[^\s<]+<\d+>)", bm.group(1)):
-                if d not in boot_if:
-                    boot_if.append(d)
-            continue
-        em = _ENV.match(msg)
-        if em:
-            env[em.group(1)] = em.group(2)
-            continue
-        em = _ENV_OLD.match(msg)
-        if em:
-            env["NCCL_" + em.group(1)] = em.group(2)
-            continue
-        nm = _NNODES.search(msg)
-        if nm:
-            nnodes = max(nnodes or 0, int(nm.group(1)))
-        rm = _NRANKS.search(msg)
-        if rm:
-            nranks = max(nranks or 0, int(rm.group(1)))
-        cm = _INIT_COMPLETE.search(msg)
-        if cm:
-            ranks.add(int(cm.group(1)))
-    if network is None and sock_if and not ib_devs:
-        network = "Socket"
-    return NcclLogFacts(
-        version=versions[0] if versions else None,
-        versions=tuple(versions),
-        network=network,
-        ib_no_device=ib_no_device,
-        ib_devices=tuple(ib_devs),
-        socket_interfaces=tuple(sock_if),
-        bootstrap_interfaces=tuple(boot_if),
-        env=env,
-        transports=transports,
-        transport_examples=tuple(examples),
-        warns=tuple(warns),
-        warn_categories=warn_cats,
-        result_codes=results,
-        first_result_code=first_code,
-        init_complete_ranks=tuple(sorted(ranks)),
-        nranks=nranks,
-        nnodes=nnodes,
-        hosts=tuple(hosts),
-        lines=n,
-        nccl_lines=nccl,
-        totals=dict(counter.totals),
+            _info(log, line.msg)
+    return log.facts(number)
+
+
+def _warn(log: _NcclLog, line: _Line, number: int, raw: str) -> None:
+    """A WARN line, classified by the signature catalog, with the size it names."""
+    category = classify_warn(line.msg)
+    log.warn_categories[category] = log.warn_categories.get(category, 0) + 1
+    size = _SIZE.search(line.msg)
+    warn = NcclWarn(
+        source=log.source,
+        line=number,
+        time=find_time(raw, log.ref),
+        text=clip(raw),
+        category=category,
+        message=clip(line.msg),
+        host=line.host,
+        pid=line.pid,
+        device=line.device,
+        location=line.location,
+        size_bytes=int(size.group(1)) if size else None,
     )
+    log.counter.keep("warns", log.warns, warn)
+    if "NET/IB : No device found" in line.msg:
+        log.ib_no_device = True
+
+
+def _info(log: _NcclLog, msg: str) -> None:
+    """An INFO line: a call's result code, a channel's transport, the network and its
+    devices, an NCCL_* setting, or the communicator's size and init."""
+    result = _RESULT.match(msg)
+    if result:
+        code = int(result.group(1))
+        log.result_codes[str(code)] = log.result_codes.get(str(code), 0) + 1
+        if log.first_result_code is None and code != 0:
+            log.first_result_code = code
+        return
+    transport = _TRANSPORT.match(msg)
+    if transport:
+        via = transport.group("via")
+        kind = _transport_kind(via)
+        log.transports[kind] = log.transports.get(kind, 0) + 1
+        examples = log.transport_examples
+        if len(examples) < 8 and not any(e.endswith(via) for e in examples):
+            examples.append(clip(msg))
+        return
+    if "NET/IB : No device found" in msg or "NET/IB: No device found" in msg:
+        log.ib_no_device = True
+        return
+    if _network(log, msg) or _setting(log, msg):
+        return
+    _communicator(log, msg)
+
+
+def _network(log: _NcclLog, msg: str) -> bool:
+    """`Using network X`, and the devices of `NET/IB : Using`, `NET/Socket : Using`,
+    `Bootstrap : Using`."""
+    using = _USING_NET.search(msg)
+    if using:
+        log.network = using.group(1)
+        return True
+    ib = _IB_USING.search(msg)
+    if ib:
+        _add_new(log.ib_devices, _DEV_ENTRY.findall(ib.group(1)))
+        log.network = log.network or "IB"
+        return True
+    socket = _SOCK_USING.search(msg)
+    if socket:
+        _add_new(log.socket_interfaces, _DEV_ENTRY.findall(socket.group(1)))
+        return True
+    bootstrap = _BOOTSTRAP.search(msg)
+    if bootstrap:
+        interfaces = re.findall(r"(?:\[\d+\])?([\w.-]+:[^\s<]+<\d+>)", bootstrap.group(1))
+        _add_new(log.bootstrap_interfaces, interfaces)
+        return True
+    return False
+
+
+def _setting(log: _NcclLog, msg: str) -> bool:
+    """`NCCL_X set by environment to V` (or the old `NCCL_X set to V`)."""
+    setting = _ENV.match(msg)
+    if setting:
+        log.env[setting.group(1)] = setting.group(2)
+        return True
+    setting = _ENV_OLD.match(msg)
+    if setting:
+        log.env["NCCL_" + setting.group(1)] = setting.group(2)
+        return True
+    return False
+
+
+def _communicator(log: _NcclLog, msg: str) -> None:
+    """The communicator's nodes and ranks (the largest said), and the ranks whose init
+    completed."""
+    nodes = _NNODES.search(msg)
+    if nodes:
+        log.nnodes = max(log.nnodes or 0, int(nodes.group(1)))
+    ranks = _NRANKS.search(msg)
+    if ranks:
+        log.nranks = max(log.nranks or 0, int(ranks.group(1)))
+    complete = _INIT_COMPLETE.search(msg)
+    if complete:
+        log.init_complete_ranks.add(int(complete.group(1)))
 
 
 def merge(facts: Iterable[NcclLogFacts]) -> dict[str, Any]:

@@ -17,13 +17,16 @@ from typing import Any
 from runbook.parsers._common import Evidence, clip, is_collected, iter_lines, to_jsonable
 from runbook.parsers.registry import Files, register
 
-F_L = "nvidia-smi-L.txt"
+#: the probes' files: `-L`, `--query-gpu` CSV, `-q` (every detail of each GPU), `topo -m`,
+#: `topo -p2p r` and `w`, `nvlink --status`
+F_LIST = "nvidia-smi-L.txt"
 F_QUERY = "nvidia-smi-query.csv"
-F_Q = "nvidia-smi-q.txt"
-F_TOPO = "nvidia-smi-topo-m.txt"
-F_P2P_R = "nvidia-smi-topo-p2p-r.txt"
-F_P2P_W = "nvidia-smi-topo-p2p-w.txt"
+F_DETAILS = "nvidia-smi-q.txt"
+F_TOPOLOGY = "nvidia-smi-topo-m.txt"
+F_P2P_READ = "nvidia-smi-topo-p2p-r.txt"
+F_P2P_WRITE = "nvidia-smi-topo-p2p-w.txt"
 F_NVLINK = "nvidia-smi-nvlink.txt"
+FILES = (F_LIST, F_QUERY, F_DETAILS, F_TOPOLOGY, F_P2P_READ, F_P2P_WRITE, F_NVLINK)
 
 #: nvidia-smi's documented exit codes
 EXIT_CODES = {
@@ -66,7 +69,9 @@ class QueryGpu:
 
 
 @dataclass(frozen=True)
-class QGpu:
+class GpuDetails:
+    """One GPU's block of `nvidia-smi -q`."""
+
     bus_id: str
     product_name: str | None = None
     uuid: str | None = None
@@ -94,11 +99,13 @@ class QGpu:
 
 
 @dataclass(frozen=True)
-class QFacts:
+class DetailsFacts:
+    """`nvidia-smi -q`: the header's versions and every GPU's block."""
+
     driver_version: str | None
     cuda_version: str | None
     attached_gpus: int | None
-    gpus: tuple[QGpu, ...]
+    gpus: tuple[GpuDetails, ...]
 
 
 @dataclass(frozen=True)
@@ -147,19 +154,19 @@ class NvLinkFacts:
 
 # --- -L -----------------------------------------------------------------------------------------
 
-_L = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]+)\))?\s*$")
+_LIST_GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]+)\))?\s*$")
 _MIG = re.compile(r"^\s+MIG \S+\s+Device\s+\d+:")
 
 
 def parse_list(lines: Iterable[str]) -> tuple[ListedGpu, ...]:
     gpus: list[ListedGpu] = []
     for line in lines:
-        m = _L.match(line.rstrip())
+        m = _LIST_GPU.match(line.rstrip())
         if m:
             gpus.append(ListedGpu(int(m.group(1)), m.group(2).strip(), m.group(3)))
         elif _MIG.match(line) and gpus:
-            g = gpus[-1]
-            gpus[-1] = ListedGpu(g.index, g.name, g.uuid, g.mig_devices + 1)
+            last = gpus[-1]
+            gpus[-1] = ListedGpu(last.index, last.name, last.uuid, last.mig_devices + 1)
     return tuple(gpus)
 
 
@@ -176,8 +183,8 @@ def _num(value: str | None) -> int | None:
 def _na(value: str | None) -> str | None:
     if value is None:
         return None
-    v = value.strip()
-    return None if v in ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]") else v
+    text = value.strip()
+    return None if text in ("", "N/A", "[N/A]", "[Not Supported]", "[Unknown Error]") else text
 
 
 def parse_query(lines: Iterable[str]) -> tuple[QueryGpu, ...]:
@@ -210,155 +217,197 @@ def parse_query(lines: Iterable[str]) -> tuple[QueryGpu, ...]:
 # --- -q -----------------------------------------------------------------------------------------
 
 # `<BUS_ID_3>`: a bus ID in a sanitized bundle (runbook/report/sanitize.py)
-_Q_GPU = re.compile(
+_DETAILS_GPU = re.compile(
     r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]|<BUS_ID_\d+>)\s*$"
 )
-_Q_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
-_Q_SECTION = re.compile(r"^(\s*)(\S.*?)\s*$")
+_DETAILS_KV = re.compile(r"^(\s*)(\S.*?)\s+:\s?(.*)$")
+_DETAILS_SECTION = re.compile(r"^(\s*)(\S.*?)\s*$")
 
 
 def _yes(value: str | None) -> bool | None:
-    v = _na(value)
-    if v is None:
+    text = _na(value)
+    if text is None:
         return None
-    return {"yes": True, "no": False}.get(v.lower())
+    return {"yes": True, "no": False}.get(text.lower())
 
 
-class _QGpuBuilder:
+class _GpuBlock:
+    """One GPU's block of `-q` being read: its fields, the ECC counts, the anomalies."""
+
     def __init__(self, bus_id: str) -> None:
         self.bus_id = bus_id
-        self.v: dict[str, Any] = {}
+        #: GpuDetails fields read so far
+        self.values: dict[str, Any] = {}
         self.sums: dict[str, int] = {}
         self.dbe_totals: dict[str, int] = {}
         self.sbe_totals: dict[str, int] = {}
         self.anomalies: list[Evidence] = []
 
-    def build(self) -> QGpu:
-        v = dict(self.v)
+    def build(self) -> GpuDetails:
+        values = dict(self.values)
         for scope in ("volatile", "aggregate"):
-            unc = self.dbe_totals.get(scope, self.sums.get(f"{scope}_unc"))
-            cor = self.sbe_totals.get(scope, self.sums.get(f"{scope}_cor"))
-            v[f"ecc_{scope}_uncorrectable"] = unc
-            v[f"ecc_{scope}_correctable"] = cor
-        return QGpu(bus_id=self.bus_id, anomalies=tuple(self.anomalies), **v)
+            uncorrectable = self.dbe_totals.get(scope, self.sums.get(f"{scope}_unc"))
+            correctable = self.sbe_totals.get(scope, self.sums.get(f"{scope}_cor"))
+            values[f"ecc_{scope}_uncorrectable"] = uncorrectable
+            values[f"ecc_{scope}_correctable"] = correctable
+        return GpuDetails(bus_id=self.bus_id, anomalies=tuple(self.anomalies), **values)
 
 
-def parse_q(lines: Iterable[str], *, source: str = F_Q) -> QFacts:
-    top: dict[str, str] = {}
-    gpus: list[QGpu] = []
-    cur: _QGpuBuilder | None = None
+def parse_q(lines: Iterable[str], *, source: str = F_DETAILS) -> DetailsFacts:
+    top_level: dict[str, str] = {}
+    gpus: list[GpuDetails] = []
+    gpu: _GpuBlock | None = None
     stack: list[tuple[int, str]] = []
     for n, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if not line.strip() or line.strip().startswith("="):
             continue
-        m = _Q_GPU.match(line)
-        if m:
-            if cur is not None:
-                gpus.append(cur.build())
-            cur, stack = _QGpuBuilder(m.group(1)), []
+        header = _DETAILS_GPU.match(line)
+        if header:
+            if gpu is not None:
+                gpus.append(gpu.build())
+            gpu, stack = _GpuBlock(header.group(1)), []
             continue
-        kv = _Q_KV.match(line)
-        if kv:
-            indent, key, value = len(kv.group(1)), kv.group(2).strip(), kv.group(3).strip()
+        pair = _DETAILS_KV.match(line)
+        if pair:
+            indent, key, value = len(pair.group(1)), pair.group(2).strip(), pair.group(3).strip()
         else:
-            sm = _Q_SECTION.match(line)
-            if not sm:
+            section = _DETAILS_SECTION.match(line)
+            if not section:
                 continue
-            indent, key, value = len(sm.group(1)), sm.group(2).strip(), None
+            indent, key, value = len(section.group(1)), section.group(2).strip(), None
         while stack and stack[-1][0] >= indent:
             stack.pop()
         path = [s for _, s in stack]
         if value is None:
             stack.append((indent, key))
             continue
-        if cur is None:
-            top[key] = value
+        if gpu is None:
+            top_level[key] = value
             continue
         ev = Evidence(source=source, line=n, time=None, text=clip(raw))
-        _q_leaf(cur, path, key, value, ev)
-    if cur is not None:
-        gpus.append(cur.build())
-    return QFacts(
-        driver_version=_na(top.get("Driver Version")),
-        cuda_version=_na(top.get("CUDA Version")),
-        attached_gpus=_num(top.get("Attached GPUs")),
+        _q_leaf(gpu, path, key, value, ev)
+    if gpu is not None:
+        gpus.append(gpu.build())
+    return DetailsFacts(
+        driver_version=_na(top_level.get("Driver Version")),
+        cuda_version=_na(top_level.get("CUDA Version")),
+        attached_gpus=_num(top_level.get("Attached GPUs")),
         gpus=tuple(gpus),
     )
 
 
-def _q_leaf(b: _QGpuBuilder, path: list[str], key: str, value: str, ev: Evidence) -> None:
-    section = path[0] if path else ""
-    v = b.v
+def _q_leaf(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """One `key : value` line of a GPU's block, read by the section it is in (path[0])."""
     if not path:
-        if key == "Product Name":
-            v["product_name"] = _na(value)
-        elif key == "GPU UUID":
-            v["uuid"] = _na(value)
-        elif key == "GPU Recovery Action":
-            action = _na(value)
-            v["recovery_action"] = action
-            if action and action.lower() != "none":
-                b.anomalies.append(ev)
+        _q_gpu_line(gpu, key, value, ev)
         return
-    if section == "ECC Mode" and key == "Current":
-        v["ecc_mode"] = _na(value)
-    elif section == "ECC Errors" and len(path) >= 2 and not any("Sources" in p for p in path):
-        scope = path[1].lower()
-        if scope not in ("volatile", "aggregate"):
-            return
-        count = _num(value)
-        if count is None:
-            return
-        kind = " ".join([*path[2:], key])
-        if "Double Bit" in kind:
-            if key == "Total":
-                b.dbe_totals[scope] = count
-        elif "Single Bit" in kind:
-            if key == "Total":
-                b.sbe_totals[scope] = count
-        elif "Uncorrectable" in kind:
-            b.sums[f"{scope}_unc"] = b.sums.get(f"{scope}_unc", 0) + count
-        elif "Correctable" in kind:
-            b.sums[f"{scope}_cor"] = b.sums.get(f"{scope}_cor", 0) + count
-        if (
-            count
-            and ("Double Bit" in kind or "Uncorrectable" in kind)
-            and (key == "Total" or "Double Bit" not in kind)
-        ):
-            b.anomalies.append(ev)
-    elif section == "Retired Pages":
-        label = " ".join([*path[1:], key])
-        if label.startswith("Single Bit ECC"):
-            v["retired_pages_sbe"] = _num(value)
-        elif label.startswith("Double Bit ECC"):
-            v["retired_pages_dbe"] = _num(value)
-            if _num(value):
-                b.anomalies.append(ev)
-        elif label.startswith("Pending"):
-            v["retired_pages_pending"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-    elif section == "Remapped Rows" and len(path) == 1:
-        if key == "Correctable Error":
-            v["remapped_rows_correctable"] = _num(value)
-        elif key == "Uncorrectable Error":
-            v["remapped_rows_uncorrectable"] = _num(value)
-        elif key == "Pending":
-            v["remap_pending"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-        elif key == "Remapping Failure Occurred":
-            v["remap_failure"] = _yes(value)
-            if _yes(value):
-                b.anomalies.append(ev)
-    elif section == "GPU Reset Status":
-        if key == "Reset Required":
-            v["reset_required"] = _yes(value)
-        elif key.startswith("Drain and Reset"):
-            v["drain_and_reset_recommended"] = _yes(value)
+    reader = _DETAILS_SECTIONS.get(path[0])
+    if reader is not None:
+        reader(gpu, path, key, value, ev)
+
+
+def _q_gpu_line(gpu: _GpuBlock, key: str, value: str, ev: Evidence) -> None:
+    """A line of the GPU itself: its product name, UUID, recovery action."""
+    if key == "Product Name":
+        gpu.values["product_name"] = _na(value)
+    elif key == "GPU UUID":
+        gpu.values["uuid"] = _na(value)
+    elif key == "GPU Recovery Action":
+        action = _na(value)
+        gpu.values["recovery_action"] = action
+        if action and action.lower() != "none":
+            gpu.anomalies.append(ev)
+
+
+def _q_ecc_mode(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    if key == "Current":
+        gpu.values["ecc_mode"] = _na(value)
+
+
+def _q_ecc_errors(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """`ECC Errors` > Volatile|Aggregate > …: Volta's `Double Bit`/`Single Bit` blocks (their
+    `Total`), Ampere+'s `SRAM/DRAM Uncorrectable|Correctable` (summed); the `… Sources`
+    breakdown repeats those and is not counted."""
+    if len(path) < 2 or any("Sources" in p for p in path):
+        return
+    scope = path[1].lower()
+    count = _num(value)
+    if scope not in ("volatile", "aggregate") or count is None:
+        return
+    kind = " ".join([*path[2:], key])
+    if "Double Bit" in kind or "Single Bit" in kind:
+        if key == "Total":
+            totals = gpu.dbe_totals if "Double Bit" in kind else gpu.sbe_totals
+            totals[scope] = count
+    elif "Uncorrectable" in kind:
+        gpu.sums[f"{scope}_unc"] = gpu.sums.get(f"{scope}_unc", 0) + count
+    elif "Correctable" in kind:
+        gpu.sums[f"{scope}_cor"] = gpu.sums.get(f"{scope}_cor", 0) + count
+    uncorrectable = "Double Bit" in kind or "Uncorrectable" in kind
+    if count and uncorrectable and (key == "Total" or "Double Bit" not in kind):
+        gpu.anomalies.append(ev)
+
+
+def _q_retired_pages(
+    gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence
+) -> None:
+    """`Retired Pages`: single and double bit ECC pages, and pending."""
+    label = " ".join([*path[1:], key])
+    if label.startswith("Single Bit ECC"):
+        gpu.values["retired_pages_sbe"] = _num(value)
+    elif label.startswith("Double Bit ECC"):
+        gpu.values["retired_pages_dbe"] = _num(value)
+        if _num(value):
+            gpu.anomalies.append(ev)
+    elif label.startswith("Pending"):
+        gpu.values["retired_pages_pending"] = _yes(value)
         if _yes(value):
-            b.anomalies.append(ev)
+            gpu.anomalies.append(ev)
+
+
+#: `Remapped Rows` keys -> the field, and whether `Yes` is an anomaly
+_REMAPPED_ROWS = {
+    "Correctable Error": ("remapped_rows_correctable", False),
+    "Uncorrectable Error": ("remapped_rows_uncorrectable", False),
+    "Pending": ("remap_pending", True),
+    "Remapping Failure Occurred": ("remap_failure", True),
+}
+
+
+def _q_remapped_rows(
+    gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence
+) -> None:
+    """`Remapped Rows`: the row counts, and a pending remap or a failed one."""
+    entry = _REMAPPED_ROWS.get(key)
+    if len(path) != 1 or entry is None:
+        return
+    name, flag = entry
+    if not flag:
+        gpu.values[name] = _num(value)
+        return
+    gpu.values[name] = _yes(value)
+    if _yes(value):
+        gpu.anomalies.append(ev)
+
+
+def _q_reset_status(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
+    """`GPU Reset Status`: a reset required, or a drain and reset recommended."""
+    if key == "Reset Required":
+        gpu.values["reset_required"] = _yes(value)
+    elif key.startswith("Drain and Reset"):
+        gpu.values["drain_and_reset_recommended"] = _yes(value)
+    if _yes(value):
+        gpu.anomalies.append(ev)
+
+
+_DETAILS_SECTIONS = {
+    "ECC Mode": _q_ecc_mode,
+    "ECC Errors": _q_ecc_errors,
+    "Retired Pages": _q_retired_pages,
+    "Remapped Rows": _q_remapped_rows,
+    "GPU Reset Status": _q_reset_status,
+}
 
 
 # --- topo -m ------------------------------------------------------------------------------------
@@ -408,11 +457,11 @@ def parse_topo(lines: Iterable[str]) -> TopoFacts:
         values = tokens[1 : 1 + len(devices)]
         matrix[name] = values
         rest = tokens[1 + len(devices) :]
-        for col, val in zip(extra_cols, rest, strict=False):
-            if col.startswith("CPU"):
-                cpu[name] = val
-            elif col.startswith("NUMA"):
-                numa[name] = val
+        for column, value in zip(extra_cols, rest, strict=False):
+            if column.startswith("CPU"):
+                cpu[name] = value
+            elif column.startswith("NUMA"):
+                numa[name] = value
     links: dict[str, str] = {}
     for i, a in enumerate(devices):
         row = matrix.get(a, [])
@@ -421,17 +470,17 @@ def parse_topo(lines: Iterable[str]) -> TopoFacts:
                 links[f"{a}-{devices[j]}"] = row[j]
     gpus = tuple(d for d in devices if d.startswith("GPU"))
     nics = tuple(nic_names.get(d, d) for d in devices if not d.startswith("GPU"))
-    nv = sum(
+    nvlink_pairs = sum(
         1
-        for k, v in links.items()
-        if v.startswith("NV") and all(p.startswith("GPU") for p in k.split("-"))
+        for pair, link in links.items()
+        if link.startswith("NV") and all(end.startswith("GPU") for end in pair.split("-"))
     )
     return TopoFacts(
         devices=tuple(devices),
         gpus=gpus,
         nics=nics,
         links=links,
-        nvlink_pairs=nv,
+        nvlink_pairs=nvlink_pairs,
         cpu_affinity=cpu,
         numa_affinity=numa,
         legend=legend,
@@ -441,7 +490,7 @@ def parse_topo(lines: Iterable[str]) -> TopoFacts:
 # --- topo -p2p ----------------------------------------------------------------------------------
 
 
-def parse_p2p(lines: Iterable[str], *, source: str = F_P2P_R) -> P2PFacts:
+def parse_p2p(lines: Iterable[str], *, source: str = F_P2P_READ) -> P2PFacts:
     gpus: list[str] = []
     failing: list[P2PFailure] = []
     statuses: dict[str, int] = {}
@@ -489,17 +538,17 @@ def parse_nvlink(lines: Iterable[str]) -> NvLinkFacts:
     gpus = 0
     links: list[NvLink] = []
     for raw in lines:
-        m = _L.match(raw.rstrip())
+        m = _LIST_GPU.match(raw.rstrip())
         if m:
             gpu, gpus = int(m.group(1)), gpus + 1
             continue
-        lm = _NV_LINK.match(raw)
-        if lm and gpu >= 0:
-            value = lm.group(2).strip()
-            sm = re.match(r"^([\d.]+) GB/s", value)
-            speed = float(sm.group(1)) if sm else None
+        link = _NV_LINK.match(raw)
+        if link and gpu >= 0:
+            value = link.group(2).strip()
+            rate = re.match(r"^([\d.]+) GB/s", value)
+            speed = float(rate.group(1)) if rate else None
             links.append(
-                NvLink(gpu, int(lm.group(1)), speed, active=speed is not None and speed > 0)
+                NvLink(gpu, int(link.group(1)), speed, active=speed is not None and speed > 0)
             )
     active = sum(1 for link in links if link.active)
     return NvLinkFacts(gpus=gpus, links=tuple(links), active_links=active, present=active > 0)
@@ -522,85 +571,100 @@ def _exit(files: Files) -> tuple[int | None, str | None]:
     return pick, EXIT_CODES.get(pick or -1, "unknown exit code")
 
 
-@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
-def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
-    def ok(name: str) -> str | None:
-        r = files.get(name)
-        return r.stdout if is_collected(r) and r.exited in (0, None) else None
+def _stdout(files: Files, name: str) -> str | None:
+    """What a file's probe printed, when it was collected and exited 0."""
+    result = files.get(name)
+    return result.stdout if is_collected(result) and result.exited in (0, None) else None
 
-    out: dict[str, Any] = {}
+
+def _exit_facts(files: Files) -> dict[str, Any]:
+    """The telling exit code (driver not loaded, GPU lost) and where it was read."""
     code, meaning = _exit(files)
-    out["exit_code"] = code
-    out["exit_meaning"] = meaning
-    out["driver_loaded"] = (
-        False
-        if code == 9
-        else (True if any(ok(n) is not None for n in (F_L, F_QUERY, F_Q)) else None)
-    )
-    out["gpu_lost"] = code == 15
-    # where the exit code was read: the probe's `.rc` file (DESIGN §4), with what it printed
-    out["exit_evidence"] = [
-        {
-            "source": f"{name}.rc",
-            "line": 1,
-            "time": None,
-            "text": f"exit {files[name].exited}: "
-            + " ".join((files[name].stderr or files[name].stdout or "").split())[:200],
-        }
-        for name in sorted(files)
-        if is_collected(files[name]) and files[name].exited == code and code is not None
-    ][:5]
-    text = ok(F_L)
-    listed = parse_list(iter_lines(text)) if text is not None else ()
-    out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}
-    text = ok(F_QUERY)
-    query = parse_query(iter_lines(text)) if text is not None else ()
-    out["query"] = {"collected": text is not None, "gpus": to_jsonable(query)}
-    out["gpu_count"] = len(listed) if listed else (len(query) if query else None)
-    out["driver_version"] = next((g.driver_version for g in query if g.driver_version), None)
-    text = ok(F_Q)
-    if text is not None:
-        q = parse_q(iter_lines(text))
-        out["q"] = {"collected": True, **to_jsonable(q)}
-        out["driver_version"] = out["driver_version"] or q.driver_version
-        out["uncorrectable_ecc_volatile"] = sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus)
-        out["uncorrectable_ecc_aggregate"] = sum(g.ecc_aggregate_uncorrectable or 0 for g in q.gpus)
-        out["remap_pending"] = any(g.remap_pending for g in q.gpus)
-        out["remap_failure"] = any(g.remap_failure for g in q.gpus)
-        out["retired_pages_pending"] = any(g.retired_pages_pending for g in q.gpus)
-        out["recovery_actions"] = [
+    listed_any = any(_stdout(files, n) is not None for n in (F_LIST, F_QUERY, F_DETAILS))
+    return {
+        "exit_code": code,
+        "exit_meaning": meaning,
+        "driver_loaded": False if code == 9 else (True if listed_any else None),
+        "gpu_lost": code == 15,
+        # where the exit code was read: the probe's `.rc` file (DESIGN §4), with what it printed
+        "exit_evidence": [
+            {
+                "source": f"{name}.rc",
+                "line": 1,
+                "time": None,
+                "text": f"exit {files[name].exited}: "
+                + " ".join((files[name].stderr or files[name].stdout or "").split())[:200],
+            }
+            for name in sorted(files)
+            if is_collected(files[name]) and files[name].exited == code and code is not None
+        ][:5],
+    }
+
+
+def _q_facts(text: str | None, driver_version: str | None) -> dict[str, Any]:
+    """`-q`: every GPU's details, the ECC totals and what shows a fault."""
+    if text is None:
+        return {"q": {"collected": False}}
+    q = parse_q(iter_lines(text))
+    return {
+        "q": {"collected": True, **to_jsonable(q)},
+        "driver_version": driver_version or q.driver_version,
+        "uncorrectable_ecc_volatile": sum(g.ecc_volatile_uncorrectable or 0 for g in q.gpus),
+        "uncorrectable_ecc_aggregate": sum(g.ecc_aggregate_uncorrectable or 0 for g in q.gpus),
+        "remap_pending": any(g.remap_pending for g in q.gpus),
+        "remap_failure": any(g.remap_failure for g in q.gpus),
+        "retired_pages_pending": any(g.retired_pages_pending for g in q.gpus),
+        "recovery_actions": [
             {"bus_id": g.bus_id, "action": g.recovery_action}
             for g in q.gpus
             if g.recovery_action and g.recovery_action.lower() != "none"
-        ]
-        out["faulty_gpus"] = [g.bus_id for g in q.gpus if g.faulty]
-        out["anomalies"] = [to_jsonable(e) for g in q.gpus for e in g.anomalies]
-    else:
-        out["q"] = {"collected": False}
-    text = ok(F_TOPO)
-    out["topo"] = (
-        {"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
-        if text is not None
-        else {"collected": False}
-    )
+        ],
+        "faulty_gpus": [g.bus_id for g in q.gpus if g.faulty],
+        "anomalies": [to_jsonable(e) for g in q.gpus for e in g.anomalies],
+    }
+
+
+def _p2p_facts(files: Files) -> dict[str, Any]:
+    """`topo -p2p r` and `w`: each matrix, whether every pair is OK, the failing pairs."""
+    out: dict[str, Any] = {}
     p2p: dict[str, P2PFacts] = {}
-    for key, name in (("p2p_read", F_P2P_R), ("p2p_write", F_P2P_W)):
-        text = ok(name)
+    for key, name in (("p2p_read", F_P2P_READ), ("p2p_write", F_P2P_WRITE)):
+        text = _stdout(files, name)
         if text is not None:
             p2p[key] = parse_p2p(iter_lines(text), source=name)
             out[key] = {"collected": True, **to_jsonable(p2p[key])}
         else:
             out[key] = {"collected": False}
-    oks = [f.all_ok for f in p2p.values()]
-    out["p2p_all_ok"] = None if not oks or None in oks else all(oks)
+    all_ok = [f.all_ok for f in p2p.values()]
+    out["p2p_all_ok"] = None if not all_ok or None in all_ok else all(all_ok)
     out["p2p_failing"] = [to_jsonable(x) for f in p2p.values() for x in f.failing]
-    text = ok(F_NVLINK)
+    return out
+
+
+@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
+def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
+    out = _exit_facts(files)
+    text = _stdout(files, F_LIST)
+    listed = parse_list(iter_lines(text)) if text is not None else ()
+    out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}
+    text = _stdout(files, F_QUERY)
+    query = parse_query(iter_lines(text)) if text is not None else ()
+    out["query"] = {"collected": text is not None, "gpus": to_jsonable(query)}
+    out["gpu_count"] = len(listed) if listed else (len(query) if query else None)
+    out["driver_version"] = next((g.driver_version for g in query if g.driver_version), None)
+    out.update(_q_facts(_stdout(files, F_DETAILS), out["driver_version"]))
+    text = _stdout(files, F_TOPOLOGY)
+    out["topo"] = (
+        {"collected": True, **to_jsonable(parse_topo(iter_lines(text)))}
+        if text is not None
+        else {"collected": False}
+    )
+    out.update(_p2p_facts(files))
+    text = _stdout(files, F_NVLINK)
     out["nvlink"] = (
         {"collected": True, **to_jsonable(parse_nvlink(iter_lines(text)))}
         if text is not None
         else {"collected": False}
     )
-    out["collected"] = any(
-        is_collected(files.get(n)) for n in (F_L, F_QUERY, F_Q, F_TOPO, F_P2P_R, F_P2P_W, F_NVLINK)
-    )
+    out["collected"] = any(is_collected(files.get(name)) for name in FILES)
     return out

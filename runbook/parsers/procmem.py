@@ -268,97 +268,114 @@ def _process(status: ProcStatus, rollup: SmapsRollup | None) -> Process:
 # --- roles -------------------------------------------------------------------------------------
 
 
-def _classify(
-    procs: Mapping[int, Process], rank_comm: re.Pattern[str] | None
-) -> dict[int, Process]:
-    children: dict[int, list[int]] = {pid: [] for pid in procs}
-    roots: list[int] = []
-    for pid, p in sorted(procs.items()):
-        if p.ppid is not None and p.ppid in procs and p.ppid != pid:
-            children[p.ppid].append(pid)
-        else:
-            roots.append(pid)
-    out: dict[int, Process] = {}
+class _Tree:
+    """The cgroup's processes as a tree, and each one's role as it is decided (`out`)."""
 
-    def mark_workers(rank: int) -> None:
-        # with named workers, a rank's other children are helpers (multiprocessing's
-        # resource_tracker, compile workers), not loader workers
-        named = any(procs[k].name in WORKER_NAMES for k in children[rank])
-        stack = [(k, False) for k in children[rank]]
-        while stack:
-            pid, helper = stack.pop()
-            name = procs[pid].name
-            if helper or (named and name not in WORKER_NAMES):
-                out[pid] = replace(
-                    procs[pid], role="other", why=f"helper process of rank {rank}", rank_pid=rank
-                )
-                stack.extend((k, True) for k in children[pid])
-                continue
-            why = "DataLoader worker (pt_data_worker)" if name in WORKER_NAMES else (
-                f"child of rank {rank}")  # fmt: skip
-            out[pid] = replace(procs[pid], role="worker", why=why, rank_pid=rank)
-            stack.extend((k, False) for k in children[pid])
+    def __init__(self, procs: Mapping[int, Process], rank_comm: re.Pattern[str] | None) -> None:
+        self.procs = procs
+        self.rank_comm = rank_comm
+        self.children: dict[int, list[int]] = {pid: [] for pid in procs}
+        #: processes whose parent is not in the cgroup
+        self.roots: list[int] = []
+        for pid, p in sorted(procs.items()):
+            if p.ppid is not None and p.ppid in procs and p.ppid != pid:
+                self.children[p.ppid].append(pid)
+            else:
+                self.roots.append(pid)
+        self.out: dict[int, Process] = {}
+        #: top-level processes nothing marked as a rank (ranks if no process is one)
+        self.undecided: list[int] = []
 
-    def is_named_worker(pid: int) -> bool:
-        return procs[pid].name in WORKER_NAMES
+    def is_named_worker(self, pid: int) -> bool:
+        return self.procs[pid].name in WORKER_NAMES
 
-    def structural_launcher(pid: int) -> bool:
-        kids = children[pid]
-        return bool(kids) and not any(is_named_worker(k) for k in kids) and any(
-            children[k] and not is_named_worker(k) for k in kids)  # fmt: skip
+    def structural_launcher(self, pid: int) -> bool:
+        """Its children have children and none is a named worker: a launcher of ranks."""
+        kids = self.children[pid]
+        return bool(kids) and not any(self.is_named_worker(k) for k in kids) and any(
+            self.children[k] and not self.is_named_worker(k) for k in kids)  # fmt: skip
 
-    undecided: list[int] = []
+    def mark(self, pid: int, role: str, why: str, rank_pid: int | None = None) -> None:
+        """`pid`'s role and why (and the rank it belongs to, for a rank's workers/helpers)."""
+        process = replace(self.procs[pid], role=role, why=why)
+        self.out[pid] = process if rank_pid is None else replace(process, rank_pid=rank_pid)
 
-    def visit(pid: int, parent_launcher: bool) -> None:
-        p = procs[pid]
-        if is_named_worker(pid):
+    def visit(self, pid: int, parent_launcher: bool) -> None:
+        """Decide `pid` and, below it, its children."""
+        name = self.procs[pid].name
+        if self.is_named_worker(pid):
             # a worker whose rank is not in the cgroup (or was not read)
-            out[pid] = replace(p, role="worker", why="DataLoader worker (pt_data_worker)")
-            for k in children[pid]:
-                visit(k, False)
+            self.mark(pid, "worker", "DataLoader worker (pt_data_worker)")
+            below = False
+        elif name in INFRA_NAMES or name.startswith("containerd-shim"):
+            self.mark(pid, "other", "infrastructure")
+            below = parent_launcher
+        elif name in LAUNCHER_NAMES:
+            self.mark(pid, "other", f"launcher ({name})")
+            below = True
+        elif self.structural_launcher(pid):
+            self.mark(pid, "other", "launcher (its children have children)")
+            below = True
+        else:
+            self.rank_or_other(pid, parent_launcher)
             return
-        if p.name in INFRA_NAMES or p.name.startswith("containerd-shim"):
-            out[pid] = replace(p, role="other", why="infrastructure")
-            for k in children[pid]:
-                visit(k, parent_launcher)
-            return
-        if p.name in LAUNCHER_NAMES:
-            out[pid] = replace(p, role="other", why=f"launcher ({p.name})")
-            for k in children[pid]:
-                visit(k, True)
-            return
-        if structural_launcher(pid):
-            out[pid] = replace(p, role="other", why="launcher (its children have children)")
-            for k in children[pid]:
-                visit(k, True)
-            return
+        for kid in self.children[pid]:
+            self.visit(kid, below)
+
+    def rank_or_other(self, pid: int, parent_launcher: bool) -> None:
+        """A process that is neither worker, infrastructure nor launcher: a rank (with its
+        workers) when something says so, else left undecided."""
+        name = self.procs[pid].name
         reason = None
         if parent_launcher:
             reason = "started by a launcher"
-        elif any(is_named_worker(k) for k in children[pid]):
+        elif any(self.is_named_worker(k) for k in self.children[pid]):
             reason = "has DataLoader workers"
-        elif _PYTHON.match(p.name):
+        elif _PYTHON.match(name):
             reason = "top-level Python process"
-        elif rank_comm is not None and rank_comm.search(p.name):
+        elif self.rank_comm is not None and self.rank_comm.search(name):
             reason = "matches rank_comm"
         if reason is None:
-            undecided.append(pid)
-            out[pid] = replace(p, role="other", why="sidecar or other top-level process")
+            self.undecided.append(pid)
+            self.mark(pid, "other", "sidecar or other top-level process")
             return
-        out[pid] = replace(p, role="rank", why=reason)
-        mark_workers(pid)
+        self.mark(pid, "rank", reason)
+        self.mark_workers(pid)
 
-    for pid in roots:
-        visit(pid, False)
-    if not any(p.role == "rank" for p in out.values()):
-        for pid in undecided:
+    def mark_workers(self, rank: int) -> None:
+        """Everything forked below a rank: its workers, or its helpers."""
+        children = self.children
+        # with named workers, a rank's other children are helpers (multiprocessing's
+        # resource_tracker, compile workers), not loader workers
+        named = any(self.is_named_worker(k) for k in children[rank])
+        stack = [(k, False) for k in children[rank]]
+        while stack:
+            pid, helper = stack.pop()
+            worker_name = self.is_named_worker(pid)
+            if helper or (named and not worker_name):
+                self.mark(pid, "other", f"helper process of rank {rank}", rank)
+                stack.extend((k, True) for k in children[pid])
+                continue
+            why = "DataLoader worker (pt_data_worker)" if worker_name else f"child of rank {rank}"
+            self.mark(pid, "worker", why, rank)
+            stack.extend((k, False) for k in children[pid])
+
+
+def _classify(
+    procs: Mapping[int, Process], rank_comm: re.Pattern[str] | None
+) -> dict[int, Process]:
+    """Each process's role (rank, worker or other) and why, from the process tree; when no
+    process is recognisably a rank, the top-level ones that are no known sidecar are."""
+    tree = _Tree(procs, rank_comm)
+    for pid in tree.roots:
+        tree.visit(pid, False)
+    if not any(p.role == "rank" for p in tree.out.values()):
+        for pid in tree.undecided:
             if procs[pid].name in SIDECAR_NAMES:
                 continue
-            out[pid] = replace(
-                procs[pid], role="rank", why="no recognisable rank: a top-level process"
-            )
-            mark_workers(pid)
-    return out
+            tree.mark(pid, "rank", "no recognisable rank: a top-level process")
+            tree.mark_workers(pid)
+    return tree.out
 
 
 def _attribute(procs: dict[int, Process]) -> tuple[dict[int, Process], str]:
@@ -377,23 +394,26 @@ def _attribute(procs: dict[int, Process]) -> tuple[dict[int, Process], str]:
         else:
             out[pid] = replace(p, own_anon_bytes=_anon(p))
     for rank, workers in by_rank.items():
-        r = procs[rank]
-        a_r = _anon(r)
-        group = [r, *(procs[w] for w in workers)]
-        if a_r is not None and all(g.pss_anon_bytes is not None for g in group):
-            assert r.pss_anon_bytes is not None
-            shared_share = max(0, a_r - r.pss_anon_bytes) / len(workers)
+        rank_process = procs[rank]
+        rank_anon = _anon(rank_process)
+        group = [rank_process, *(procs[w] for w in workers)]
+        if rank_anon is not None and all(g.pss_anon_bytes is not None for g in group):
+            assert rank_process.pss_anon_bytes is not None
+            shared_share = max(0, rank_anon - rank_process.pss_anon_bytes) / len(workers)
             for w in workers:
-                p_w = procs[w].pss_anon_bytes
-                assert p_w is not None
-                out[w] = replace(procs[w], own_anon_bytes=max(0, round(p_w - shared_share)))
+                worker_pss_anon = procs[w].pss_anon_bytes
+                assert worker_pss_anon is not None
+                share = max(0, round(worker_pss_anon - shared_share))
+                out[w] = replace(procs[w], own_anon_bytes=share)
             methods.add("pss")
             continue
         for w in workers:
-            a_w = _anon(procs[w])
-            own = None if a_w is None or a_r is None else max(0, a_w - a_r)
+            worker_anon = _anon(procs[w])
+            own: int | None = None
+            if worker_anon is not None and rank_anon is not None:
+                own = max(0, worker_anon - rank_anon)
             out[w] = replace(procs[w], own_anon_bytes=own)
-        methods.add("rss-difference" if r.anon_bytes is not None else "rss")
+        methods.add("rss-difference" if rank_process.anon_bytes is not None else "rss")
     if not methods:
         methods.add("rss" if any(p.anon_bytes is None for p in procs.values()) else "rss-anon")
     order = ("rss", "rss-difference", "pss", "rss-anon")
@@ -416,6 +436,16 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
+def _rank_pattern(rank_comm: str | None) -> re.Pattern[str] | None:
+    """The `rank_comm` variable as a pattern (a string that is not a valid one, literally)."""
+    if not rank_comm:
+        return None
+    try:
+        return re.compile(rank_comm)
+    except re.error:
+        return re.compile(re.escape(rank_comm))
+
+
 def parse_procmem(
     statuses: Mapping[int, str],
     rollups: Mapping[int, str],
@@ -433,13 +463,7 @@ def parse_procmem(
             continue  # a zombie holds no memory
         rollup = parse_smaps_rollup(rollups[pid]) if pid in rollups else None
         procs[status.pid] = _process(status, rollup)
-    pattern = None
-    if rank_comm:
-        try:
-            pattern = re.compile(rank_comm)
-        except re.error:
-            pattern = re.compile(re.escape(rank_comm))
-    classified, method = _attribute(_classify(procs, pattern))
+    classified, method = _attribute(_classify(procs, _rank_pattern(rank_comm)))
     ordered = tuple(classified[pid] for pid in sorted(classified))
     ranks = [p for p in ordered if p.role == "rank"]
     workers = [p for p in ordered if p.role == "worker"]

@@ -17,7 +17,14 @@ from typing import Any
 from runbook.parsers._common import files_under, is_collected, iter_lines
 from runbook.parsers.busbw_thresholds import Threshold, ThresholdError, lookup, topology_of
 from runbook.parsers.ibv_devinfo import parse_ibv_devinfo
-from runbook.parsers.nvidia_smi import F_L, F_Q, F_TOPO, parse_list, parse_q, parse_topo
+from runbook.parsers.nvidia_smi import (
+    F_DETAILS,
+    F_LIST,
+    F_TOPOLOGY,
+    parse_list,
+    parse_q,
+    parse_topo,
+)
 from runbook.parsers.registry import Files, register
 from runbook.parsers.verify_criteria import Expectation, RunInput, evaluate, run_facts
 
@@ -48,14 +55,14 @@ def _names(value: Any) -> list[str]:
 def gpu_facts(files: Files) -> dict[str, Any]:
     """Model, count and intra-node topology of the node's GPUs."""
     names: list[str] = []
-    text = _text(files, F_L)
+    text = _text(files, F_LIST)
     if text is not None:
         names = [g.name for g in parse_list(iter_lines(text))]
-    text = _text(files, F_Q)
+    text = _text(files, F_DETAILS)
     if not names and text is not None:
         names = [g.product_name for g in parse_q(iter_lines(text)).gpus if g.product_name]
     topology = None
-    text = _text(files, F_TOPO)
+    text = _text(files, F_TOPOLOGY)
     if text is not None:
         topo = parse_topo(iter_lines(text))
         topology = topology_of(topo.links, topo.gpus)

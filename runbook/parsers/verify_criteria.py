@@ -177,90 +177,28 @@ def evaluate(runs: Sequence[RunInput], expect: Expectation) -> dict[str, Any]:
     """Every criterion, the first failed one's cause and a one-line summary."""
     facts = [run_facts(r) for r in runs]
     ranks = expect.ranks or max((f["ranks"] or 0 for f in facts), default=0) or None
-    criteria: list[Criterion] = []
-
-    bad = [(f, why) for f in facts if (why := _incomplete(f, ranks)) is not None]
-    criteria.append(Criterion(
-        "completed", bool(facts) and not bad,
-        "no run" if not facts else (
-            "; ".join(f"{f['source']}: {why}" for f, why in bad) if bad
-            else f"{len(facts)} run(s), {ranks or '?'} ranks each, all finished"),
-    ))  # fmt: skip
-
     finished = [f for f in facts if f["finished"]]
-    wrong = [f for f in facts if f["wrong_total"] or f["oob_ok"] is False]
-    no_oob = [f for f in finished if f["oob_ok"] is None]
-    criteria.append(Criterion(
-        "correct", False if wrong or no_oob else (True if finished else None),
-        "; ".join([*(f"{f['source']}: #wrong {f['wrong_total']}, out of bounds values "
-                     f"{f['oob_values']} {'OK' if f['oob_ok'] else 'FAILED'}" for f in wrong),
-                   *(f"{f['source']}: no `Out of bounds values` line" for f in no_oob)])
-        or ("no finished run" if not finished else
-            f"#wrong 0 and out of bounds values 0 OK in {len(finished)} run(s)"),
-    ))  # fmt: skip
-
     # bandwidth is judged on the runs that finished (a partial table says nothing of it), on
     # nccl-tests' own `# Avg bus bandwidth` line; the peaks are reported, not judged
     avgs = [f["avg_busbw"] for f in finished if f["avg_busbw"] is not None]
     peaks = [f["peak_busbw"] for f in finished if f["peak_busbw"] is not None]
-    threshold = expect.threshold.busbw_gbps
-    low = min(avgs) if avgs else None
-    peak_note = f"; peak {', '.join(_fmt(p) for p in peaks)} GB/s" if peaks else ""
-    if not finished:
-        bw = Criterion("bandwidth", None, "not judged: no run finished")
-    elif threshold is None:
-        bw = Criterion("bandwidth", False, f"{expect.threshold.source} "
-                       "(give --var min_busbw=GBPS)")
-    elif low is None:
-        bw = Criterion("bandwidth", False, "no `# Avg bus bandwidth` line in a finished run")
-    else:
-        bw = Criterion("bandwidth", low >= threshold,
-                       f"lowest average busbw {low:.1f} GB/s {'≥' if low >= threshold else '<'} "
-                       f"{threshold:g} GB/s ({expect.threshold.source}){peak_note}")
-    criteria.append(bw)
-
     spread = _spread(avgs)
-    peak_spread = _spread(peaks)
-    criteria.append(Criterion(
-        "stable", None if spread is None else spread <= expect.max_spread_pct,
-        f"not judged: {len(avgs)} run(s) with a bandwidth" if spread is None else
-        f"average busbw {', '.join(_fmt(a) for a in avgs)} GB/s: spread {spread:.1f} % "
-        f"({'≤' if spread <= expect.max_spread_pct else '>'} {expect.max_spread_pct:g} %)",
-    ))  # fmt: skip
-
     kinds = sorted({k for f in facts for k in f["nccl"]["transport_kinds"]})
     networks = sorted({f["nccl"]["network"] for f in facts if f["nccl"]["network"]})
-    per_run = [tuple(f["nccl"]["transport_kinds"]) for f in facts]
-    criteria.append(Criterion(
-        "transport", bool(kinds),
-        (f"NCCL chose {', '.join(kinds)}" + (f", network {', '.join(networks)}" if networks
-                                              else "")
-         + ("; runs differ: " + " / ".join(",".join(k) or "-" for k in per_run)
-            if len(set(per_run)) > 1 else ""))
-        if kinds else "no NCCL INFO transport line (was NCCL_DEBUG=INFO honoured?)",
-    ))  # fmt: skip
-
+    criteria = [
+        _completed(facts, ranks),
+        _correct(facts, finished),
+        _bandwidth(finished, avgs, peaks, expect.threshold),
+        _stable(avgs, spread, expect.max_spread_pct),
+        _transport(facts, kinds, networks),
+    ]
     fixed: dict[str, Any] | None = None
     if expect.nodes > 1:
-        fixed, problems = fixed_set_report(
-            requested_nodes=expect.nodes,
-            requested_hosts=expect.hosts,
-            requested_nics=expect.nics,
-            requested_version=expect.nccl_version,
-            gid_index=expect.gid_index,
-            seen_hosts=sorted({h for f in facts for h in f["nccl"]["hosts"]}),
-            seen_nnodes=max((f["nccl"]["nnodes"] or 0 for f in facts), default=0) or None,
-            ib_devices=sorted({d for f in facts for d in f["nccl"]["ib_devices"]}),
-            versions=sorted({v for f in facts for v in f["nccl"]["versions"]}),
-            ports=expect.ports,
-        )
-        criteria.append(Criterion("fixed-set", not problems, "; ".join(problems) or (
-            f"{len(fixed['hosts'])} nodes ({', '.join(fixed['hosts'])}), NICs "  # type: ignore[arg-type]
-            f"{', '.join(fixed['nics']) or '-'}, NCCL {', '.join(fixed['nccl_versions']) or '?'}"  # type: ignore[arg-type]
-        )))
+        fixed, fixed_set = _fixed_set(facts, expect)
+        criteria.append(fixed_set)
 
     failed = [c for c in criteria if c.passed is False]
-    cause = _cause(failed[0].id if failed else None, facts, expect, kinds, ranks)
+    first_failed = failed[0].id if failed else None
     return {
         "collected": bool(facts),
         "runs": facts,
@@ -269,20 +207,110 @@ def evaluate(runs: Sequence[RunInput], expect: Expectation) -> dict[str, Any]:
         "criteria": {c.id: {"passed": c.passed, "detail": c.detail} for c in criteria},
         "failed": [c.id for c in failed],
         "passed": bool(facts) and not failed,
-        "cause": cause,
+        "cause": _cause(first_failed, facts, expect, kinds, ranks),
         "summary": (
             "; ".join(f"{c.id} failed: {c.detail}" for c in failed) if failed
             else "; ".join(c.detail for c in criteria if c.passed)
         ),
         "transport": {"kinds": kinds, "networks": networks,
                       "ib_devices": sorted({d for f in facts for d in f["nccl"]["ib_devices"]})},
-        "bandwidth": {"avg": avgs, "lowest_avg": low, "spread_pct": spread,
-                      "peaks": peaks, "lowest_peak": min(peaks) if peaks else None,
-                      "peak_spread_pct": peak_spread},
+        "bandwidth": {"avg": avgs, "lowest_avg": min(avgs) if avgs else None,
+                      "spread_pct": spread, "peaks": peaks,
+                      "lowest_peak": min(peaks) if peaks else None,
+                      "peak_spread_pct": _spread(peaks)},
         "fixed_set": fixed,
         "single_node": expect.nodes <= 1,
-        "evidence": _evidence(failed[0].id if failed else None, facts),
+        "evidence": _evidence(first_failed, facts),
     }  # fmt: skip
+
+
+def _completed(facts: list[dict[str, Any]], ranks: int | None) -> Criterion:
+    """Every run finished, with every rank (see _incomplete)."""
+    bad = [(f, why) for f in facts if (why := _incomplete(f, ranks)) is not None]
+    return Criterion(
+        "completed", bool(facts) and not bad,
+        "no run" if not facts else (
+            "; ".join(f"{f['source']}: {why}" for f, why in bad) if bad
+            else f"{len(facts)} run(s), {ranks or '?'} ranks each, all finished"),
+    )  # fmt: skip
+
+
+def _correct(facts: list[dict[str, Any]], finished: list[dict[str, Any]]) -> Criterion:
+    """`#wrong` 0 everywhere and `Out of bounds values : 0 OK` in every finished run."""
+    wrong = [f for f in facts if f["wrong_total"] or f["oob_ok"] is False]
+    no_oob = [f for f in finished if f["oob_ok"] is None]
+    return Criterion(
+        "correct", False if wrong or no_oob else (True if finished else None),
+        "; ".join([*(f"{f['source']}: #wrong {f['wrong_total']}, out of bounds values "
+                     f"{f['oob_values']} {'OK' if f['oob_ok'] else 'FAILED'}" for f in wrong),
+                   *(f"{f['source']}: no `Out of bounds values` line" for f in no_oob)])
+        or ("no finished run" if not finished else
+            f"#wrong 0 and out of bounds values 0 OK in {len(finished)} run(s)"),
+    )  # fmt: skip
+
+
+def _bandwidth(
+    finished: list[dict[str, Any]], avgs: list[float], peaks: list[float], threshold: Threshold
+) -> Criterion:
+    """The lowest average bus bandwidth of the finished runs against the threshold."""
+    gbps = threshold.busbw_gbps
+    low = min(avgs) if avgs else None
+    peak_note = f"; peak {', '.join(_fmt(p) for p in peaks)} GB/s" if peaks else ""
+    if not finished:
+        return Criterion("bandwidth", None, "not judged: no run finished")
+    if gbps is None:
+        return Criterion("bandwidth", False, f"{threshold.source} (give --var min_busbw=GBPS)")
+    if low is None:
+        return Criterion("bandwidth", False, "no `# Avg bus bandwidth` line in a finished run")
+    return Criterion("bandwidth", low >= gbps,
+                     f"lowest average busbw {low:.1f} GB/s {'≥' if low >= gbps else '<'} "
+                     f"{gbps:g} GB/s ({threshold.source}){peak_note}")  # fmt: skip
+
+
+def _stable(avgs: list[float], spread: float | None, max_spread_pct: float) -> Criterion:
+    """The spread of the runs' average bus bandwidth (not judged with fewer than two)."""
+    return Criterion(
+        "stable", None if spread is None else spread <= max_spread_pct,
+        f"not judged: {len(avgs)} run(s) with a bandwidth" if spread is None else
+        f"average busbw {', '.join(_fmt(a) for a in avgs)} GB/s: spread {spread:.1f} % "
+        f"({'≤' if spread <= max_spread_pct else '>'} {max_spread_pct:g} %)",
+    )  # fmt: skip
+
+
+def _transport(facts: list[dict[str, Any]], kinds: list[str], networks: list[str]) -> Criterion:
+    """The NCCL INFO lines name the transports NCCL chose (and whether the runs differ)."""
+    per_run = [tuple(f["nccl"]["transport_kinds"]) for f in facts]
+    return Criterion(
+        "transport", bool(kinds),
+        (f"NCCL chose {', '.join(kinds)}" + (f", network {', '.join(networks)}" if networks
+                                              else "")
+         + ("; runs differ: " + " / ".join(",".join(k) or "-" for k in per_run)
+            if len(set(per_run)) > 1 else ""))
+        if kinds else "no NCCL INFO transport line (was NCCL_DEBUG=INFO honoured?)",
+    )  # fmt: skip
+
+
+def _fixed_set(
+    facts: list[dict[str, Any]], expect: Expectation
+) -> tuple[dict[str, Any], Criterion]:
+    """Multi-node: the runs spanned the fixed nodes, NICs and NCCL version (the report, and
+    the criterion)."""
+    fixed, problems = fixed_set_report(
+        requested_nodes=expect.nodes,
+        requested_hosts=expect.hosts,
+        requested_nics=expect.nics,
+        requested_version=expect.nccl_version,
+        gid_index=expect.gid_index,
+        seen_hosts=sorted({h for f in facts for h in f["nccl"]["hosts"]}),
+        seen_nnodes=max((f["nccl"]["nnodes"] or 0 for f in facts), default=0) or None,
+        ib_devices=sorted({d for f in facts for d in f["nccl"]["ib_devices"]}),
+        versions=sorted({v for f in facts for v in f["nccl"]["versions"]}),
+        ports=expect.ports,
+    )
+    return fixed, Criterion("fixed-set", not problems, "; ".join(problems) or (
+        f"{len(fixed['hosts'])} nodes ({', '.join(fixed['hosts'])}), NICs "  # type: ignore[arg-type]
+        f"{', '.join(fixed['nics']) or '-'}, NCCL {', '.join(fixed['nccl_versions']) or '?'}"  # type: ignore[arg-type]
+    ))
 
 
 def _cause(failed: str | None, facts: list[dict[str, Any]], expect: Expectation,
