@@ -5,34 +5,19 @@ be read and none was proposed."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from runbook.remedies.plans import Plan, PlanContext, PlanError
+from runbook.remedies.kinds._defaults import KindDefaults
 
 NAME = "collect-more"
 
 
-class CollectMore:
+class CollectMore(KindDefaults):
     name = NAME
     advice = True
     #: evidence can be missing whatever the cause
     proposed_on: tuple[str, ...] | None = None
-    takes_node_out = False
-    memory_remedy = False
-    advice_title: str | None = None
-
-    def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
-        raise PlanError(f"{NAME} is advice, nothing to run")
-
-    def missing(self, params: Mapping[str, Any]) -> list[str]:
-        return []
-
-    def after_apply(self, plan: Plan) -> dict[str, Any]:
-        return {}
-
-    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        return ()
 
 
 KIND = CollectMore()

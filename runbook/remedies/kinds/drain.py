@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from runbook.remedies import plans
+from runbook.remedies.kinds._defaults import KindDefaults
 from runbook.remedies.plans import Plan, PlanContext, PlanError
 
 NAME = "node-drain"
@@ -20,13 +21,10 @@ def drain_allowed_for(root_cause: str) -> bool:
     return root_cause in HARDWARE_CAUSES
 
 
-class NodeDrain:
+class NodeDrain(KindDefaults):
     name = NAME
-    advice = False
     proposed_on: tuple[str, ...] | None = HARDWARE_CAUSES
     takes_node_out = True
-    memory_remedy = False
-    advice_title: str | None = None
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         if not drain_allowed_for(str(ctx.root_cause)):
@@ -56,15 +54,6 @@ class NodeDrain:
                 "max_fraction": ctx.drain_max_fraction,
             },
         )
-
-    def missing(self, params: Mapping[str, Any]) -> list[str]:
-        return []
-
-    def after_apply(self, plan: Plan) -> dict[str, Any]:
-        return {}
-
-    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        return ()
 
 
 KIND = NodeDrain()

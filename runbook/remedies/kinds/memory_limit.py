@@ -8,18 +8,16 @@ from typing import Any
 
 from runbook.errors import RunbookError
 from runbook.remedies import plans
+from runbook.remedies.kinds._defaults import KindDefaults
 from runbook.remedies.plans import Plan, PlanContext, PlanError
 
 NAME = "memory-limit"
 
 
-class MemoryLimit:
+class MemoryLimit(KindDefaults):
     name = NAME
-    advice = False
     proposed_on: tuple[str, ...] | None = ("host-memory-oom",)
-    takes_node_out = False
     memory_remedy = True
-    advice_title: str | None = None
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         from runbook.remedies import estimate, workload
@@ -48,12 +46,6 @@ class MemoryLimit:
         if not have("peak_bytes", "per_rank_anon_bytes", "anon_bytes"):
             return ["a measured memory peak (the pod's memory cgroup files or its processes)"]
         return []
-
-    def after_apply(self, plan: Plan) -> dict[str, Any]:
-        return {}
-
-    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        return ()
 
 
 KIND = MemoryLimit()

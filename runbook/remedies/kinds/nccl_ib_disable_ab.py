@@ -8,18 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from runbook.remedies import plans
+from runbook.remedies.kinds._defaults import KindDefaults
 from runbook.remedies.plans import Plan, PlanContext, PlanError
 
 NAME = "nccl-ib-disable-ab"
 
 
-class NcclIbDisableAb:
+class NcclIbDisableAb(KindDefaults):
     name = NAME
-    advice = False
     proposed_on: tuple[str, ...] | None = ("rdma-misconfigured",)
-    takes_node_out = False
-    memory_remedy = False
-    advice_title: str | None = None
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         """Runs on the node itself, as the run reached it."""
@@ -39,9 +36,6 @@ class NcclIbDisableAb:
             ),
         )
 
-    def missing(self, params: Mapping[str, Any]) -> list[str]:
-        return []
-
     def after_apply(self, plan: Plan) -> dict[str, Any]:
         """The A/B comparison of each host's two outputs, from the playbook's output dir."""
         from runbook.remedies import ab
@@ -52,9 +46,6 @@ class NcclIbDisableAb:
                        or extravars["nccl_ab_output_dir"]))
         hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
         return {"comparison": {h.name: ab.compare(ab.read_dir(h)) for h in hosts}}
-
-    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        return ()
 
 
 KIND = NcclIbDisableAb()

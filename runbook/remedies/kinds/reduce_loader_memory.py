@@ -6,27 +6,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from runbook.remedies.plans import Plan, PlanContext, PlanError
+from runbook.remedies.kinds._defaults import KindDefaults
 
 NAME = "reduce-loader-memory"
 
 
-class ReduceLoaderMemory:
+class ReduceLoaderMemory(KindDefaults):
     name = NAME
     advice = True
     proposed_on: tuple[str, ...] | None = ("host-memory-oom",)
-    takes_node_out = False
     memory_remedy = True
     advice_title: str | None = "advice: reduce the peak first"
-
-    def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
-        raise PlanError(f"{NAME} is advice, nothing to run")
-
-    def missing(self, params: Mapping[str, Any]) -> list[str]:
-        return []
-
-    def after_apply(self, plan: Plan) -> dict[str, Any]:
-        return {}
 
     def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
         """Which term of the estimate dominates and what each cut saves (EstimateError when

@@ -7,18 +7,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from runbook.remedies import plans
+from runbook.remedies.kinds._defaults import KindDefaults
 from runbook.remedies.plans import Plan, PlanContext
 
 NAME = "shm-size-limit"
 
 
-class ShmSizeLimit:
+class ShmSizeLimit(KindDefaults):
     name = NAME
-    advice = False
     proposed_on: tuple[str, ...] | None = ("shm-exhausted", "host-memory-oom")
-    takes_node_out = False
-    memory_remedy = False
-    advice_title: str | None = None
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         from runbook.remedies import workload
@@ -36,15 +33,6 @@ class ShmSizeLimit:
             sources=plans.manifest_sources(ctx, path),
             describe=(*patch.summary, f"size = measured {int(measured)} B × {headroom}"),
         )
-
-    def missing(self, params: Mapping[str, Any]) -> list[str]:
-        return []
-
-    def after_apply(self, plan: Plan) -> dict[str, Any]:
-        return {}
-
-    def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
-        return ()
 
 
 KIND = ShmSizeLimit()
