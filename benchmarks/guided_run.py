@@ -85,15 +85,19 @@ def main() -> int:
             [sys.executable, "-X", "importtime", *base[1:], "--run-dir", f"{tmp}/imports"],
             capture_output=True, text=True, env=env, check=True,
         ).stderr
-        total_us = sum(
-            int(m.group(1)) for m in re.finditer(r"import time:\s+(\d+) \|", imports)
-        )
+        by_package: dict[str, int] = {}
+        for m in re.finditer(r"import time:\s+(\d+) \|\s+\d+ \|\s+([\w.]+)", imports):
+            top = m.group(2).split(".")[0]
+            by_package[top] = by_package.get(top, 0) + int(m.group(1))
+        total_us = sum(by_package.values())
     print(f"nccl-init-failure over SSH vs the incident's 16 commands, {args.repeat} runs each:")
     print(f"  runbook run (new process, guided): {median_text(cli_s)}")
     print(f"  16 separate ssh invocations:       {median_text(ssh_s)}")
     ratio = statistics.median(cli_s) / statistics.median(ssh_s)
     print(f"  ratio: {ratio:.2f}x the separate-ssh time (target <= 0.15x)")
     print(f"  of a run, imports (-X importtime, self times summed): {total_us / 1e6:.3f} s")
+    largest = sorted(by_package.items(), key=lambda item: -item[1])[:10]
+    print("    largest: " + ", ".join(f"{name} {us / 1000:.0f} ms" for name, us in largest))
     return 0
 
 

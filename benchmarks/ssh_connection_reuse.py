@@ -22,7 +22,8 @@ from pathlib import Path
 
 from runbook.executor import execute
 from runbook.spec import load_file
-from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+from runbook.transports.address import SSHAddress
+from runbook.transports.ssh import SSHOptions, SSHTransport
 from tests.hosts.harness import HostNetwork
 
 RUNBOOK = Path(__file__).resolve().parent.parent / "tests/integration/runbooks/ten-commands.yaml"

@@ -37,7 +37,8 @@ import pytest
 import yaml
 
 from runbook.errors import HostKeyError
-from runbook.transports.ssh import SSHAddress, SSHOptions, _HostKeyPolicy
+from runbook.transports.address import SSHAddress
+from runbook.transports.ssh import SSHOptions, _HostKeyPolicy
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.integration.conftest import cli_env
 

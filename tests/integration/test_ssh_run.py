@@ -238,8 +238,9 @@ def test_a_jump_host_carries_the_connection_to_the_target(
 def test_output_sent_after_the_exit_status_is_not_lost(ssh_host, known_hosts, client_key) -> None:  # type: ignore[no-untyped-def]
     # sshd reports exit-status when it reaps the command; output still in flight (here from a
     # background child that writes after its parent exited) arrives after it, before EOF
+    from runbook.transports.address import SSHAddress
     from runbook.transports.base import Probe
-    from runbook.transports.ssh import SSHAddress, SSHOptions, SSHTransport
+    from runbook.transports.ssh import SSHOptions, SSHTransport
 
     host = ssh_host("late")
     transport = SSHTransport(
