@@ -470,10 +470,13 @@ def context_of(meta: BundleMeta) -> Mapping[str, Any]:
 REPLAY_VARS = ("nodes", "cgroup_dir")
 
 
-def replay_defaults(meta: BundleMeta, variables: dict[str, Any]) -> dict[str, Any]:
-    """A replayed bundle's pod/namespace/ranks and REPLAY_VARS become defaults of the variables
-    of the same names (what the collector was told), set into `variables`; returns its
-    bundle.yaml as the parsers' context."""
+def replay_defaults(
+    meta: BundleMeta, variables: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The variables and parser context a walk of a replayed bundle gets: its pod, namespace,
+    ranks and REPLAY_VARS as defaults of the variables of the same names (what the collector
+    was told; `variables` win and are left as they were), and its bundle.yaml as context."""
+    merged = dict(variables)
     defaults: dict[str, Any] = {"pod": meta.pod, "namespace": meta.namespace}
     if meta.ranks is not None:
         defaults["ranks"] = meta.ranks
@@ -481,6 +484,6 @@ def replay_defaults(meta: BundleMeta, variables: dict[str, Any]) -> dict[str, An
         if key in meta.extra and isinstance(meta.extra[key], str | int | float):
             defaults[key] = meta.extra[key]
     for key, value in defaults.items():
-        if value not in (None, "") and key not in variables:
-            variables[key] = value
-    return dict(context_of(meta))
+        if value not in (None, "") and key not in merged:
+            merged[key] = value
+    return merged, dict(context_of(meta))

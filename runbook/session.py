@@ -206,11 +206,10 @@ def replay_context(
     from runbook.bundle import replay_defaults
     from runbook.transports.replay import ReplayTransport
 
-    merged = dict(variables)
     if isinstance(transport, ReplayTransport):
         meta = transport.bundle.meta
-        return meta.node, merged, replay_defaults(meta, merged)
-    return None, merged, {}
+        return (meta.node, *replay_defaults(meta, variables))
+    return None, dict(variables), {}
 
 
 # ------------------------------------------------------------------------ one node's run

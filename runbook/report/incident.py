@@ -207,23 +207,6 @@ def _job_report(path: Path, *, fmt: str, sanitize: bool) -> Report:
     return Report(redact(text), None, sanitizer)
 
 
-def _analyse(path: Path, runbook_ref: str, variables: dict[str, Any]) -> Verdict:
-    from runbook.bundle import replay_defaults
-    from runbook.executor import execute
-    from runbook.spec import load_file, resolve
-    from runbook.transports.replay import ReplayTransport
-
-    runbook = load_file(resolve(runbook_ref))
-    transport = ReplayTransport(str(path))
-    try:
-        meta = transport.bundle.meta
-        context = replay_defaults(meta, variables)
-        result = execute(runbook, transport, variables=variables, context=context, node=meta.node)
-    finally:
-        transport.close()
-    return result.verdict
-
-
 def build_report(
     path: Path,
     *,
@@ -248,7 +231,9 @@ def build_report(
             raise BundleError(f"{path / 'verdict.json'}: not a verdict: {exc.one_line()}") from None
         bundle_path = path / "bundle"
     else:
-        verdict = _analyse(path, runbook_ref, dict(variables or {}))
+        from runbook.session import analyze
+
+        verdict = analyze(path, runbook_ref, variables or {}).verdict
         bundle_path = path
     sanitizer = None
     if sanitize:

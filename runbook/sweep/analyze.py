@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runbook.bundle import replay_defaults
 from runbook.errors import BundleError, UsageError
@@ -36,10 +36,7 @@ from runbook.sweep.results import (
 from runbook.sweep.run import crashed_result
 from runbook.timestamps import now_iso
 
-if TYPE_CHECKING:
-    from runbook.bundle import BundleMeta
-
-#: optional bundle.yaml keys that become variable defaults on replay (as `runbook analyze`)
+#: the names a bundle archive may end in
 _ARCHIVES = (".tar.gz", ".tgz")
 
 
@@ -63,11 +60,6 @@ def find_bundles(directory: Path) -> list[tuple[str, Path]]:
     return sorted(found.items())
 
 
-def replay_context(meta: BundleMeta, variables: dict[str, Any]) -> dict[str, Any]:
-    """As `runbook analyze` (runbook.bundle.replay_defaults)."""
-    return replay_defaults(meta, variables)
-
-
 def analyze_bundle(
     host: str, path: Path, runbook: Runbook, variables: Mapping[str, Any], slot: Slot
 ) -> HostResult:
@@ -79,8 +71,8 @@ def analyze_bundle(
     except BundleError as exc:
         return HostResult(host, target, HostStatus.ERROR, slot.elapsed(), error=exc.one_line())
     try:
-        own = dict(variables)
-        context = replay_context(transport.bundle.meta, own)
+        # as `runbook analyze`: the bundle's collector variables and context
+        own, context = replay_defaults(transport.bundle.meta, variables)
         result = execute(
             runbook, transport, variables=own, context=context, node=transport.bundle.meta.node
         )
