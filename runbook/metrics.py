@@ -34,6 +34,8 @@ from runbook.remedies import kinds
 
 #: the kinds that can be queued (advice is never queued: it has nothing to approve)
 QUEUED_KINDS = kinds.queued_names()
+#: the root causes a node may be drained on: a proposal for one is critical
+CRITICAL_CAUSES = kinds.drain_root_causes()
 SEVERITIES = ("critical", "warning", "info")
 #: the file the approval queue's metrics go to in the textfile directory
 APPROVALS_FILE = "runbook-approvals.prom"
@@ -55,7 +57,7 @@ class PendingProposal(Protocol):
 
 
 def severity(root_cause: str | None) -> str:
-    if root_cause in kinds.drain_root_causes():
+    if root_cause in CRITICAL_CAUSES:
         return "critical"
     if root_cause in (None, "", "inconclusive", "healthy"):
         return "info"

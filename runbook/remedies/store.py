@@ -504,10 +504,9 @@ class Store:
 
     def get(self, pid: str) -> QueuedProposal:
         rows = self._read("SELECT * FROM proposals WHERE id = ?", (pid,))
-        row = rows[0] if rows else None
-        if row is None:
+        if not rows:
             raise NotFound(f"no proposal {pid!r} in {self.path} (see `runbook approvals list`)")
-        return _row(row)
+        return _row(rows[0])
 
     def list(self, *, states: tuple[str, ...] | None = None) -> list[QueuedProposal]:
         if states:
