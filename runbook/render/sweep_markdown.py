@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from runbook.output import count
+from runbook.render.sweep_summary import names
 from runbook.sweep.results import (
     FAILING,
     NOT_SWEPT,
@@ -29,9 +30,7 @@ def _cell(text: Any) -> str:
 
 
 def _names(hosts: list[HostResult]) -> str:
-    names = [h.host for h in hosts]
-    shown = ", ".join(names[:ROW_NAMES])
-    return shown + (f", … and {len(names) - ROW_NAMES} more" if len(names) > ROW_NAMES else "")
+    return names([h.host for h in hosts], ROW_NAMES)
 
 
 def _anomaly(first: EvidenceRef | None) -> str:
