@@ -1,5 +1,3 @@
-import sys
+from runbook.cli.app import console
 
-from runbook.cli.app import main
-
-sys.exit(main())
+console()

@@ -155,6 +155,10 @@ class Conductor:
         self.path: list[str] = []  # stage ids in the order walked
         self.current: str | None = runbook.stages[0].id if runbook.stages else None
         self.concluded: str | None = None
+        #: each record as to_state() gave it, kept until the record changes (record, skip):
+        #: a walk saves its state after every stage, and converting every record again each
+        #: time made the saves grow with the square of the stages
+        self._states: dict[str, dict[str, Any]] = {}
         if state is not None:
             self._load(state)
 
@@ -240,6 +244,7 @@ class Conductor:
     # -- transitions ------------------------------------------------------------------------
 
     def skip(self, stage_id: str, reason: str) -> StageRecord:
+        self._states.pop(stage_id, None)
         record = self.records[stage_id]
         record.status, record.reason = StageStatus.SKIPPED, reason
         self.path.append(stage_id)
@@ -256,6 +261,7 @@ class Conductor:
     ) -> StageRecord:
         """Take a stage's results and parsed facts, decide, and move on."""
         stage = self.runbook.stage(stage_id)
+        self._states.pop(stage_id, None)
         record = self.records[stage_id]
         record.facts = dict(facts)
         record.errors = list(errors or [])
@@ -354,13 +360,21 @@ class Conductor:
     # -- state ------------------------------------------------------------------------------
 
     def to_state(self) -> dict[str, Any]:
+        """The whole state, JSON-ready. A record that has not changed since the last call is
+        the same object as then (RunDirectory.save_state reuses its JSON): read it, never
+        change it."""
+        records = {}
+        for stage_id, record in self.records.items():
+            if stage_id not in self._states:
+                self._states[stage_id] = _record_state(record)
+            records[stage_id] = self._states[stage_id]
         return {
             "runbook": self.runbook.id,
             "vars": self.vars,
             "path": list(self.path),
             "current": self.current,
             "concluded": self.concluded,
-            "records": {k: _record_state(v) for k, v in self.records.items()},
+            "records": records,
         }
 
     @classmethod
@@ -392,6 +406,7 @@ class Conductor:
             raise StateError(f"state: malformed stage record: {reason}") from None
 
     def _load(self, state: Mapping[str, Any]) -> None:
+        self._states.clear()
         self.vars = dict(state.get("vars", self.vars))
         self.path = list(state.get("path", []))
         self.current = state.get("current")

@@ -47,7 +47,7 @@ from typing import Any
 from runbook import atomic
 from runbook.config import state_dir
 from runbook.errors import SpecError, StateError, UsageError, disk_full_as_error
-from runbook.redact import redact_data
+from runbook.redact import redact, redact_data
 from runbook.spec.models import Runbook
 from runbook.timestamps import now_iso, utc_stamp
 from runbook.verdict import Verdict, VerdictError
@@ -102,6 +102,8 @@ class RunDirectory:
                     f"{path} is in use by another runbook process (a run or a resume of it)"
                 ) from None
         self.bundle = path / "bundle"
+        #: stage id -> (the record object last saved, its JSON): see save_state
+        self._state_records: dict[str, tuple[Any, str]] = {}
 
     def write_json(self, name: str, data: Any) -> None:
         """`name` in the run directory, replaced atomically (redacted, like every write)."""
@@ -116,11 +118,29 @@ class RunDirectory:
             atomic.append_whole(self._events, (json.dumps(record, default=str) + "\n").encode())
 
     def save_state(self, state: Mapping[str, Any]) -> None:
-        # compact: state.json is rewritten after every stage and read back only by `resume`;
-        # json's indenting encoder is pure Python, several times the C encoder's cost, and
-        # was a fifth of a walk's CPU
+        """state.json, compact: it is rewritten after every stage and read back only by
+        `resume` (json's indenting encoder is pure Python, several times the C encoder's
+        cost). A stage record that is the very object the last save wrote (Conductor.to_state
+        keeps unchanged records) is not redacted and encoded again."""
+        records = state.get("records")
+        if not isinstance(records, Mapping):
+            with disk_full_as_error(self.path):
+                _atomic_json(self.path / "state.json", state, self.path, indent=None)
+            return
+        encoded = {}
+        for stage_id, record in records.items():
+            kept = self._state_records.get(stage_id)
+            if kept is None or kept[0] is not record:
+                kept = (record, json.dumps(redact_data(record), default=str))
+            encoded[stage_id] = kept
+        self._state_records = encoded
+        head = {k: v for k, v in state.items() if k != "records"}
+        rest = json.dumps(redact_data(head), default=str)
+        # as json.dumps writes the whole state (its separators; records is its last key)
+        parts = ", ".join(f"{json.dumps(redact(str(k)))}: {kept[1]}" for k, kept in encoded.items())
+        text = rest[:-1] + (", " if rest != "{}" else "") + f'"records": {{{parts}}}}}\n'
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / "state.json", state, self.path, indent=None)
+            atomic.write_text(self.path / "state.json", text, within=self.path)
 
     def save_verdict(self, verdict: Verdict) -> None:
         with disk_full_as_error(self.path):

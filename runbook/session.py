@@ -301,6 +301,10 @@ def start_run(
             as_user=options.as_user,
             no_input=options.no_input,
         )
+        # while the handshake waits on the network: the parsers the walk will call
+        from runbook.parsers import registry
+
+        registry.preload(name for stage in runbook.stages for name in stage.parse)
     except BaseException:
         opening.discard()
         raise
@@ -356,8 +360,6 @@ def queued_approvals(
     decided yet with the open desk, for the caller to ask about or list; approvals.json says
     `done` when the block ends normally. None: nothing to queue, advise or ask — the store is
     not even opened (a healthy node's run creates no store and takes no lock on it)."""
-    from runbook.remedies.approval import Desk
-    from runbook.remedies.plans import Target
     from runbook.rundir import ApprovalLedger
 
     ledger = ApprovalLedger.load(directory)
@@ -365,6 +367,8 @@ def queued_approvals(
         ApprovalLedger(directory, []).finish()
         yield None
         return
+    from runbook.remedies.approval import Desk
+    from runbook.remedies.plans import Target
     with Desk(cfg) as desk:
         if ledger is None:
             queued = desk.queue_verdict(

@@ -56,9 +56,14 @@ class Signature:
 @dataclass(frozen=True)
 class Catalog:
     signatures: tuple[Signature, ...]
-    #: one alternation of every pattern: a line that misses it is no signature (one search)
-    any_pattern: re.Pattern[str]
     compiled: tuple[tuple[Signature, re.Pattern[str]], ...]
+
+    @functools.cached_property
+    def any_pattern(self) -> re.Pattern[str]:
+        """One alternation of every pattern: a line that misses it is no signature (one
+        search). Compiled when first asked (a third of the catalog's load; a run whose logs
+        hold no error line never asks)."""
+        return re.compile("|".join(f"(?:{p})" for s in self.signatures for p in s.patterns))
 
     @property
     def kernel_keywords(self) -> tuple[str, ...]:
@@ -157,8 +162,7 @@ def build(data: Any) -> Catalog:
     if dupes:
         raise CatalogError(f"signatures: duplicate ids {dupes}")
     compiled = tuple((s, re.compile("|".join(f"(?:{p})" for p in s.patterns))) for s in sigs)
-    any_pattern = re.compile("|".join(f"(?:{p})" for s in sigs for p in s.patterns))
-    return Catalog(sigs, any_pattern, compiled)
+    return Catalog(sigs, compiled)
 
 
 @functools.cache

@@ -43,6 +43,7 @@ from jinja2.lexer import describe_token
 from jinja2.parser import Parser
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from runbook import template_cache
 from runbook.errors import TemplateError
 
 __all__ = [
@@ -340,9 +341,27 @@ class MissingFact(ChainableUndefined):
 _EXPR_ENV = _make_env(undefined=MissingFact)
 
 
+def _template(
+    env: ImmutableSandboxedEnvironment,
+    kind: str,
+    source: str,
+    tree: Callable[[], nodes.Template | str],
+) -> jinja2.Template:
+    """One template or expression, compiled: its code from the template cache (runbook/
+    template_cache.py) when an earlier run compiled the same text, else compiled from `tree()`
+    (the tree the load-time check parsed, or the text) and stored for the next run."""
+    cache = template_cache.get()
+    code = cache.load(env, kind, source) if cache is not None else None
+    if code is None:
+        code = env.compile(tree())
+        if cache is not None:
+            cache.store(env, kind, source, code)
+    return env.template_class.from_code(env, code, env.make_globals(None), None)
+
+
 @lru_cache(maxsize=1024)
 def _command_template(source: str) -> jinja2.Template:
-    return _COMMAND_ENV.from_string(source)
+    return _template(_COMMAND_ENV, "command", source, lambda: source)
 
 
 #: syntax trees the load-time checks parsed, each handed to the first compile of its source
@@ -359,18 +378,28 @@ def _keep_tree(kind: str, source: str, tree: nodes.Node) -> None:
 
 @lru_cache(maxsize=1024)
 def _text_template(source: str) -> jinja2.Template:
-    tree = _PARSED.pop(("text", source), None)
-    return _TEXT_ENV.from_string(tree if isinstance(tree, nodes.Template) else source)
+    def tree() -> nodes.Template | str:
+        parsed = _PARSED.pop(("text", source), None)
+        return parsed if isinstance(parsed, nodes.Template) else source
+
+    return _template(_TEXT_ENV, "text", source, tree)
 
 
 @lru_cache(maxsize=1024)
 def _expression(source: str) -> Callable[..., Any]:
-    expr = _PARSED.pop(("expr", source), None)
-    if not isinstance(expr, nodes.Expr):
+    def tree() -> nodes.Template:
+        expr = _PARSED.pop(("expr", source), None)
+        if not isinstance(expr, nodes.Expr):
+            expr = _parse_expression(source)
+        # what Environment.compile_expression builds around the expression it parsed
+        body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
+        return nodes.Template(body, lineno=1)
+
+    try:
+        template = _template(_EXPR_ENV, "expr", source, tree)
+    except jinja2.TemplateSyntaxError:
+        # raised again by Jinja's own compile, in its words
         return _EXPR_ENV.compile_expression(source, undefined_to_none=False)
-    # what Environment.compile_expression builds around the expression it parsed
-    body = [nodes.Assign(nodes.Name("result", "store"), expr, lineno=1)]
-    template = _EXPR_ENV.from_string(nodes.Template(body, lineno=1))
     return TemplateExpression(template, undefined_to_none=False)
 
 
@@ -426,6 +455,9 @@ def _unknown_names(tree: nodes.Node) -> str | None:
 @lru_cache(maxsize=4096)
 def check_template(source: str) -> str | None:
     """The problem in a template (syntax, or an unknown filter or test), or None."""
+    cache = template_cache.get()
+    if cache is not None and (cache.checked("text", source) or cache.has("command", source)):
+        return None  # passed in an earlier run
     try:
         tree = _TEXT_ENV.parse(source)
     except jinja2.TemplateSyntaxError as exc:
@@ -433,24 +465,37 @@ def check_template(source: str) -> str | None:
     problem = _unknown_names(tree)
     if problem is None:
         _keep_tree("text", source, tree)
+        if cache is not None:
+            cache.mark_checked("text", source)
     return problem
 
 
 @lru_cache(maxsize=4096)
 def check_expression(source: str) -> str | None:
     """The problem in an expression (syntax, or an unknown filter or test), or None."""
+    cache = template_cache.get()
+    if cache is not None and cache.checked("expr", source):
+        return None  # passed in an earlier run
     try:
-        parser = Parser(_EXPR_ENV, source, state="variable")
-        tree = parser.parse_expression()
-        if not parser.stream.eos:
-            token = parser.stream.current
-            raise jinja2.TemplateSyntaxError(
-                f"unexpected {describe_token(token)!r}", token.lineno, None, None
-            )
+        tree = _parse_expression(source)
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
     problem = _unknown_names(tree)
     if problem is None:
-        tree.set_environment(_EXPR_ENV)
         _keep_tree("expr", source, tree)
+        if cache is not None:
+            cache.mark_checked("expr", source)
     return problem
+
+
+def _parse_expression(source: str) -> nodes.Expr:
+    """One whole expression's syntax tree (TemplateSyntaxError if it is not one)."""
+    parser = Parser(_EXPR_ENV, source, state="variable")
+    tree = parser.parse_expression()
+    if not parser.stream.eos:
+        token = parser.stream.current
+        raise jinja2.TemplateSyntaxError(
+            f"unexpected {describe_token(token)!r}", token.lineno, None, None
+        )
+    tree.set_environment(_EXPR_ENV)
+    return tree

@@ -20,13 +20,13 @@ from rich.table import Table
 
 from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
 from runbook.output import count, output_console
-from runbook.remedies.playbook import PlaybookResult, TaskOutcome
 from runbook.verdict import Proposal as VerdictProposal
 from runbook.verdict import Verdict
 
 if TYPE_CHECKING:
     from runbook.config import Config
     from runbook.remedies.approval import Desk, Execution, Queued
+    from runbook.remedies.playbook import PlaybookResult, TaskOutcome
     from runbook.remedies.store import QueuedProposal
     from runbook.rundir import ApprovalLedger, RunDirectory, RunRecord
     from runbook.spec.models import Runbook

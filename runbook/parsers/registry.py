@@ -10,7 +10,7 @@ JSON-serialisable facts, stored under ``facts.<name>``. It does no I/O.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +59,15 @@ def get(name: str) -> ParserEntry:
     if name not in _REGISTRY and name in BUILTIN:
         importlib.import_module(f"runbook.parsers.{BUILTIN[name]}")
     return _REGISTRY[name]
+
+
+def preload(names: Iterable[str]) -> None:
+    """Import the modules of the shipped parsers named (unknown names are left for the
+    runbook's check to report): a run does it while its connection is being made, so the
+    walk does not stop at its first use of each (their patterns compile at import)."""
+    for name in set(names):
+        if name in BUILTIN:
+            get(name)
 
 
 def names() -> frozenset[str]:

@@ -33,6 +33,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import paramiko
 
@@ -156,7 +157,26 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         return True
 
 
-class _CertificateFirst(paramiko.Transport):
+class _NoDelay(paramiko.Transport):
+    """A transport whose TCP socket sends each SSH packet at once (TCP_NODELAY).
+
+    Without it every channel a probe opens waits about 40 ms: sshd answers a channel request
+    in two small writes, Nagle's algorithm holds the second until the first is acknowledged,
+    and the client's kernel delays that acknowledgement (measured over a test host: opening a
+    session 42 ms, with TCP_NODELAY 0.3 ms). paramiko leaves the socket as it connects it; it
+    is set here, before the handshake's first packet. A jump host's channel is not a socket
+    (the hop's own connection carries it, and has the option itself)."""
+
+    def __init__(self, sock: object, *args: Any, **kwargs: Any) -> None:
+        if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError as exc:  # a socket that refuses it still works, only slower
+                log.debug("TCP_NODELAY refused: %s", exc)
+        super().__init__(sock, *args, **kwargs)  # type: ignore[arg-type]
+
+
+class _CertificateFirst(_NoDelay):
     """A transport that asks for the host's certificate before its plain key: sshd serves the
     first type in the client's list it has, and paramiko lists plain keys first (so a host
     only a CA vouches for would never show its certificate)."""
@@ -171,12 +191,12 @@ class _CertificateFirst(paramiko.Transport):
 
 def _trust_known_hosts(
     client: paramiko.SSHClient, address: SSHAddress, options: SSHOptions
-) -> tuple[KnownHostsFile | None, type[paramiko.Transport] | None]:
+) -> tuple[KnownHostsFile | None, type[paramiko.Transport]]:
     """(known_hosts, transport factory): the keys known_hosts lists for the host added to the
     client's; with none but a CA that vouches for the host, a transport that asks for its
-    certificate first. (None, None) when there is no known_hosts file."""
+    certificate first. (None, _NoDelay) when there is no known_hosts file."""
     if not options.known_hosts.exists():
-        return None, None
+        return None, _NoDelay
     try:
         known = known_hosts.read(options.known_hosts)
     except OSError as exc:
@@ -190,7 +210,7 @@ def _trust_known_hosts(
             client.get_host_keys().add(asked, keytype, found[keytype])
     elif known.authorities_for(address.known_hosts_name):
         return known, _CertificateFirst
-    return known, None
+    return known, _NoDelay
 
 
 #: what a failed connect raises, other than a refused host key (HostKeyError)

@@ -282,3 +282,45 @@ def test_a_probe_timed_out_before_its_process_group_line_never_runs_on(
         time.sleep(0.5)
         leftover = subprocess.run(["pgrep", "-f", "sleep 3187"], capture_output=True, text=True)
         assert leftover.stdout.strip() == "", f"remote command survived: {leftover.stdout}"
+
+
+def test_every_connection_sends_its_packets_without_waiting_on_nagle(
+    ssh_host, known_hosts, client_key
+) -> None:  # type: ignore[no-untyped-def]
+    """TCP_NODELAY on the target's connection and on a jump host's: without it each channel a
+    probe opens waits on a delayed acknowledgement (about 40 ms; docs/performance.md)."""
+    import socket
+
+    from runbook.transports.address import SSHAddress
+    from runbook.transports.base import Probe
+    from runbook.transports.ssh import SSHOptions, SSHTransport
+
+    bastion, inner = ssh_host("bastion"), ssh_host("inner")
+    options = SSHOptions(known_hosts=known_hosts, identities=(client_key.private_path,))
+
+    def nodelay(client) -> int:  # type: ignore[no-untyped-def]
+        sock = client.get_transport().sock
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+
+    direct = SSHTransport(SSHAddress(inner.address, inner.port), options)
+    try:
+        assert nodelay(direct._client) != 0
+        assert direct.run(Probe("h.txt", "hostname", 10)).stdout.strip() == "inner"
+    finally:
+        direct.close()
+    jumped = SSHTransport(
+        SSHAddress(inner.address, inner.port),
+        SSHOptions(
+            known_hosts=known_hosts,
+            identities=(client_key.private_path,),
+            jump=SSHAddress(bastion.address, bastion.port),
+        ),
+    )
+    try:
+        assert nodelay(jumped._hops[0]) != 0  # the hop's TCP connection
+        # the target's "socket" is a channel of the hop's connection: nothing to set, and
+        # the connection through it still works
+        assert not isinstance(jumped._client.get_transport().sock, socket.socket)
+        assert jumped.run(Probe("h.txt", "hostname", 10)).stdout.strip() == "inner"
+    finally:
+        jumped.close()

@@ -204,3 +204,25 @@ def test_match_first_records_only_the_first_matching_rule() -> None:
     )
     record = Conductor(rb).record("s", {}, {})
     assert [f.text for f in record.findings] == ["matched"]
+
+
+def test_to_state_keeps_an_unchanged_record_and_redoes_a_changed_one() -> None:
+    conductor = Conductor(_runbook())
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 0}})
+    first = conductor.to_state()
+    conductor.record("memory", {"mem.txt": _result("mem.txt")}, {"keyvalue": {"oom": 3}})
+    second = conductor.to_state()
+    assert second["records"]["gpu"] is first["records"]["gpu"]  # not converted again
+    assert second["records"]["memory"] is not first["records"]["memory"]
+    assert second["records"]["memory"]["facts"] == {"keyvalue": {"oom": 3}}
+    assert second["records"]["memory"]["findings"][0]["text"] == "oom"
+    # a stage walked again (a resumed run) is converted again, and so is a skipped one
+    conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": 79}})
+    conductor.skip("never", "skipped: test")
+    third = conductor.to_state()
+    assert third["records"]["gpu"]["facts"] == {"keyvalue": {"xid": 79}}
+    assert third["records"]["never"]["reason"] == "skipped: test"
+    assert third["records"]["memory"] is second["records"]["memory"]
+    # and what it gives is what a conductor without the reuse would give
+    fresh = Conductor(_runbook(), state=json.loads(json.dumps(third)))
+    assert json.dumps(fresh.to_state(), sort_keys=True) == json.dumps(third, sort_keys=True)

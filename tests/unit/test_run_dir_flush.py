@@ -54,3 +54,43 @@ def test_only_the_files_a_resume_rests_on_are_fsynced(
     # and the evidence is there, whole
     bundle = tmp_path / "run" / "bundle"
     assert (bundle / "dmesg.txt").read_text() == (DEMO / "dmesg.txt").read_text()
+
+
+def test_state_json_is_the_whole_state_encoded_and_redacted_after_every_stage(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """save_state reuses the JSON of records that did not change: after every stage of a real
+    walk, state.json must still read as json.dumps(redact_data(state)) would write it, byte
+    for byte — a credential in a fact redacted, a record that changed written anew."""
+    import json
+
+    from runbook.conductor import Conductor
+    from runbook.redact import redact_data
+
+    written: list[tuple[str, str]] = []
+    real_save = RunDirectory.save_state
+
+    def save_state(self: RunDirectory, state: dict) -> None:  # type: ignore[type-arg]
+        real_save(self, state)
+        whole = json.dumps(redact_data(state), default=str) + "\n"
+        written.append(((self.path / "state.json").read_text(), whole))
+
+    monkeypatch.setattr(RunDirectory, "save_state", save_state)
+    real_record = Conductor.record
+
+    def record(self: Conductor, stage_id: str, results, facts, errors=None):  # type: ignore[no-untyped-def]
+        facts = {**facts, "leak": {"password": "hunter2", "note": "token=abc123def456"}}
+        return real_record(self, stage_id, results, facts, errors)
+
+    monkeypatch.setattr(Conductor, "record", record)
+    runbook = load_file(resolve("nccl-init-failure"))
+    directory = RunDirectory(tmp_path / "run")
+    try:
+        execute(runbook, ReplayTransport(DEMO), run_dir=directory)
+    finally:
+        directory.close()
+    assert len(written) == len(runbook.stages)
+    for on_disk, whole in written:
+        assert on_disk == whole
+        assert "hunter2" not in on_disk and "abc123def456" not in on_disk
+    assert written[0][0] != written[-1][0]
