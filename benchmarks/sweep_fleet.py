@@ -10,6 +10,8 @@ network namespaces, real sshd, tool shims; needs root) and, for each host count 
               ansible-inventory, the walk of every host, the approval queue, four reports);
   * paramiko  the commands of `runbook collect-plan nccl-init-failure`, one connection per
               host, one channel per command, F hosts at a time; nothing parsed or written;
+              twice: as paramiko comes, and with TCP_NODELAY set on its sockets (as runbook's
+              SSH transport sets it);
   * ansible   the same commands as `ansible.builtin.shell` tasks, forks F, pipelining on,
               gather_facts off (slow: N x 25 tasks; --ansible-hosts limits it).
 
@@ -45,18 +47,22 @@ REPO = Path(__file__).resolve().parent.parent
 
 PARAMIKO_POOL = textwrap.dedent(
     """
-    import json, sys
+    import json, socket, sys
     from concurrent.futures import ThreadPoolExecutor
     import paramiko
 
-    hosts, commands, key, known, forks = json.load(open(sys.argv[1]))
+    hosts, commands, key, known, forks, nodelay = json.load(open(sys.argv[1]))
 
     def one(host):
         client = paramiko.SSHClient()
         client.load_host_keys(known)
         client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        sock = None
+        if nodelay:
+            sock = socket.create_connection((host[0], host[1]), timeout=30)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         client.connect(host[0], port=host[1], username="root", key_filename=key,
-                       allow_agent=False, look_for_keys=False, timeout=30)
+                       allow_agent=False, look_for_keys=False, timeout=30, sock=sock)
         try:
             for command in commands:
                 _, out, err = client.exec_command(command, timeout=30)
@@ -165,15 +171,18 @@ def main() -> int:
                         f"{v} {k}" for k, v in data["counts"].items() if v)
                     results.append(Measure("runbook sweep", n, forks, wall, cpu, rss, note))
                     print(results[-1].row(), file=sys.stderr)
-                    if args.paramiko:
+                    # the pool as paramiko comes, and with TCP_NODELAY as runbook sets it
+                    # (without it each channel waits ~40 ms on a delayed ACK)
+                    for nodelay in (False, True) if args.paramiko else ():
                         spec = work / f"paramiko-{n}-{forks}.json"
                         spec.write_text(json.dumps([
                             [[h.address, h.port] for h, _ in subset.values()], commands,
-                            str(net.client_key.private_path), str(known), forks]))
+                            str(net.client_key.private_path), str(known), forks, nodelay]))
                         wall, cpu, rss, rc = measured(
                             [sys.executable, "-c", PARAMIKO_POOL, str(spec)], env, 1800
                         )
-                        results.append(Measure("paramiko pool", n, forks, wall, cpu, rss,
+                        what = "paramiko pool, TCP_NODELAY" if nodelay else "paramiko pool"
+                        results.append(Measure(what, n, forks, wall, cpu, rss,
                                                f"rc {rc}; {len(commands)} commands per host"))
                         print(results[-1].row(), file=sys.stderr)
                     if args.ansible and n <= args.ansible_hosts:

@@ -417,9 +417,22 @@ class Conductor:
 
 
 def _record_state(record: StageRecord) -> dict[str, Any]:
-    data = asdict(record)
-    data["status"] = record.status.value
-    return data
+    """What asdict(record) gives (the same keys in the same order), without its deep copy of
+    the facts: they are JSON-ready already (parsers return plain data), and a record is only
+    changed by its own stage's record() or skip(), which drop this copy (Conductor._states)."""
+    return {
+        "id": record.id,
+        "title": record.title,
+        "status": record.status.value,
+        "facts": record.facts,
+        "findings": [asdict(finding) for finding in record.findings],
+        "errors": list(record.errors),
+        "probes": [asdict(probe) for probe in record.probes],
+        "next": record.next,
+        "reason": record.reason,
+        "ruled_out": [dict(item) for item in record.ruled_out],
+        "proposals": list(record.proposals),
+    }
 
 
 def _record_from_state(data: Mapping[str, Any]) -> StageRecord:

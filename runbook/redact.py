@@ -111,7 +111,16 @@ _SLACK_HOOK = re.compile(r"(?P<pre>hooks\.slack\.com/services/)(?P<value>[A-Za-z
 def is_secret_name(name: str) -> bool:
     """Whether a variable or key called `name` holds a credential (`HF_TOKEN`: yes,
     `NCCL_IB_HCA`, `PWD`: no)."""
+    if len(name) > _CACHED_CHARS:
+        return _secret_name(name)
+    return _secret_name_short(name)  # the same few hundred keys, over and over
+
+
+def _secret_name(name: str) -> bool:
     return name.lower() not in _NOT_SECRET and bool(_NAME_RE.match(name))
+
+
+_secret_name_short = functools.lru_cache(maxsize=8192)(_secret_name)
 
 
 def _is_placeholder(value: str) -> bool:
@@ -292,27 +301,49 @@ def redact_data(value: Any, *, _key: str | None = None) -> Any:
     """JSON-shaped data (dicts, lists, strings) with every string redacted; the value under a
     key that names a credential (`{"password": "…"}`, a Kubernetes env entry `{"name":
     "HF_TOKEN", "value": "…"}`) is replaced whole. Other objects pass through unchanged."""
+    # the plain JSON types by their exact type first: every file a run writes goes through
+    # here, and the ABC checks below (Mapping) cost more than the redaction of a short string
+    kind = type(value)
+    if kind is str:
+        return _redact_string(value, _key)
+    if kind is dict:
+        return _redact_mapping(value)
+    if kind is list:
+        return [redact_data(v) for v in value]
+    if value is None or kind is bool:
+        return value
+    if kind is int or kind is float:
+        return REDACTED if _key is not None and is_secret_name(_key) else value
+    # subclasses and other mappings and sequences
     if isinstance(value, str):
-        if _key is not None and value and is_secret_name(_key) and not _is_placeholder(value):
-            return REDACTED
-        return redact(value)
+        return _redact_string(value, _key)
     if isinstance(value, Mapping):
-        env_name = value.get("name")
-        secret_env = isinstance(env_name, str) and "value" in value and is_secret_name(env_name)
-        out: dict[Any, Any] = {}
-        for key, item in value.items():
-            if secret_env and key == "value" and item not in (None, ""):
-                out[key] = REDACTED
-                continue
-            name = key if isinstance(key, str) else None
-            out[redact(key) if name is not None else key] = redact_data(item, _key=name)
-        return out
+        return _redact_mapping(value)
     if isinstance(value, list | tuple):
         items = [redact_data(v) for v in value]
         return items if isinstance(value, list) else tuple(items)
     if _key is not None and isinstance(value, int | float) and not isinstance(value, bool):
         return REDACTED if is_secret_name(_key) else value
     return value
+
+
+def _redact_string(value: str, key: str | None) -> str:
+    if key is not None and value and is_secret_name(key) and not _is_placeholder(value):
+        return REDACTED
+    return redact(value)
+
+
+def _redact_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    env_name = value.get("name")
+    secret_env = isinstance(env_name, str) and "value" in value and is_secret_name(env_name)
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if secret_env and key == "value" and item not in (None, ""):
+            out[key] = REDACTED
+            continue
+        name = key if isinstance(key, str) else None
+        out[redact(key) if name is not None else key] = redact_data(item, _key=name)
+    return out
 
 
 #: stream in blocks of about this many characters, cut at line ends outside a PEM block

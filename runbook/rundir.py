@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runbook import atomic
+from runbook import atomic, jsontext
 from runbook.config import state_dir
 from runbook.errors import SpecError, StateError, UsageError, disk_full_as_error
 from runbook.redact import redact, redact_data
@@ -143,8 +143,10 @@ class RunDirectory:
             atomic.write_text(self.path / "state.json", text, within=self.path)
 
     def save_verdict(self, verdict: Verdict) -> None:
+        """verdict.json: one line per key, one per stage (runbook/jsontext.py)."""
+        text = jsontext.readable(redact_data(verdict.to_json()))
         with disk_full_as_error(self.path):
-            _atomic_json(self.path / "verdict.json", verdict.to_json(), self.path)
+            atomic.write_text(self.path / "verdict.json", text, within=self.path)
 
     def close(self) -> None:
         if self._events >= 0:

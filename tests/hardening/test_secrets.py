@@ -460,3 +460,28 @@ def test_an_identity_file_path_may_be_named_but_its_key_is_never_written_or_logg
     if run_dir.exists():
         written += "".join(text for _, text in _all_text(run_dir))
     assert not [line for line in body if line in said or line in written]
+
+
+def test_redact_data_treats_subclasses_and_other_containers_as_their_plain_kinds() -> None:
+    """The exact-type fast path (dict, list, str, int) and the general path (an OrderedDict,
+    a str subclass, a tuple) redact alike."""
+    from collections import OrderedDict
+
+    class Text(str):
+        pass
+
+    token = "hf_abcdefghijklmnopqrstu12"
+    plain = {"HF_TOKEN": token, "note": f"export HF_TOKEN={token}", "PASSWORD": 1234,
+             "ok": True, "n": None, "items": [f"token {token}", 5]}  # fmt: skip
+    odd = OrderedDict(
+        [("HF_TOKEN", Text(token)), ("note", Text(f"export HF_TOKEN={token}")),
+         ("PASSWORD", 1234), ("ok", True), ("n", None), ("items", (Text(f"token {token}"), 5))]
+    )  # fmt: skip
+    a, b = redact_data(plain), redact_data(odd)
+    assert a["HF_TOKEN"] == b["HF_TOKEN"] == REDACTED
+    assert a["PASSWORD"] == b["PASSWORD"] == REDACTED
+    assert a["note"] == b["note"] == "export HF_TOKEN=<REDACTED>"
+    assert a["ok"] is b["ok"] is True and a["n"] is b["n"] is None
+    assert a["items"] == [f"token {REDACTED}", 5] and b["items"] == (f"token {REDACTED}", 5)
+    assert isinstance(b, dict) and isinstance(b["items"], tuple)
+    assert redact_data({"PASSWORD": True}) == {"PASSWORD": True}  # a bool is no secret number
