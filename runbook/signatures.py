@@ -20,6 +20,8 @@ from typing import Any
 
 import yaml
 
+from runbook.once import once
+
 ROLES = ("cause", "local-error", "peer-consequence", "surfaced", "context", "benign")
 ROLE_ORDER = {role: i for i, role in enumerate(ROLES)}
 CLASSES = ("nccl", "cuda", "framework", "launcher", "scheduler", "kernel")
@@ -165,7 +167,7 @@ def build(data: Any) -> Catalog:
     return Catalog(sigs, compiled)
 
 
-@functools.cache
+@once
 def catalog() -> Catalog:
     """The shipped catalog (read once per process)."""
     text = resources.files("runbook").joinpath("data/signatures.yaml").read_text()

@@ -7,7 +7,6 @@ operator's figure (`--var min_busbw=GBPS`) always wins over the table.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from runbook.errors import RunbookError
+from runbook.once import once
 
 TABLE = "busbw-thresholds.yaml"
 TOPOLOGIES = ("nvlink", "pcie")
@@ -102,7 +102,7 @@ def parse_table(data: Any, *, source: str = TABLE) -> tuple[Entry, ...]:
     return tuple(entries)
 
 
-@functools.cache
+@once
 def load_table() -> tuple[Entry, ...]:
     """The shipped table (read once per process)."""
     try:

@@ -10,13 +10,13 @@ a neighbour's. The parser streams: memory is bounded whatever the log's size.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from runbook import signatures
+from runbook.once import once
 from runbook.parsers import xid as xidtable
 from runbook.parsers._common import (
     Counter,
@@ -233,7 +233,7 @@ CORRECTED_AER = _CORRECTED_AER.encode()
 _CORRECTED = re.compile(_CORRECTED_AER, re.ASCII)  # \S as the bytes pattern reads it
 
 
-@functools.cache
+@once
 def catalog_words() -> tuple[str, ...]:
     """The keywords of the catalog's kernel signatures (runbook/data/signatures.yaml)."""
     return signatures.catalog().kernel_keywords
@@ -250,7 +250,7 @@ def candidate_lines(result: Any) -> candidates:
     return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER))
 
 
-@functools.cache
+@once
 def _trigger() -> re.Pattern[str]:
     """Every line on which a record can start or be recorded whole matches this (the slow
     path's filter: broader than the keywords, it is only a shortcut past chatter)."""

@@ -18,13 +18,14 @@ an earlier Xid), ``informational`` (a recorded event, not a fault), ``unknown``.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Literal, get_args
 
 import yaml
+
+from runbook.once import once
 
 Category = Literal["application", "hardware", "secondary", "informational", "unknown"]
 _CATEGORIES = frozenset(get_args(Category))
@@ -59,7 +60,7 @@ def _from_data(code: int, raw: Any) -> XidInfo | None:
     )
 
 
-@functools.cache
+@once
 def catalog() -> dict[int, XidInfo]:
     """NVIDIA's published Xid catalog (runbook/data/xids.yaml, with its sources)."""
     table: dict[int, XidInfo] = {}

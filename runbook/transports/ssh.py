@@ -54,8 +54,7 @@ log = logging.getLogger(__name__)
 _EOF_GRACE_S = 2.0
 #: most bytes of one stream read before the loop looks at the clock again
 _DRAIN_BYTES = 4 * 1024 * 1024
-_POLL_MIN_S = 0.001
-_POLL_MAX_S = 0.02
+_GRACE_POLL_S = 0.02
 _PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
 
 
@@ -305,6 +304,41 @@ def _connect(
     return client
 
 
+class _Wakeup(threading.Event):
+    """Set by paramiko whenever a channel has news; cleared only by its reader (`reset`).
+    paramiko's buffers clear the event they were given when a read empties them, which,
+    with one event for both streams, could lose the other stream's news: their `clear` is
+    ignored here."""
+
+    def clear(self) -> None:
+        pass
+
+    def reset(self) -> None:
+        super().clear()
+
+
+class _StatusEvent(threading.Event):
+    """The channel's exit-status event, that also wakes its reader."""
+
+    def __init__(self, wake: _Wakeup) -> None:
+        super().__init__()
+        self._wake = wake
+
+    def set(self) -> None:
+        super().set()
+        self._wake.set()
+
+
+def _watch(channel: paramiko.Channel) -> _Wakeup:
+    """One event paramiko sets for data on either stream, their EOF and the exit status (the
+    buffers' `set_event`, as Channel.fileno() uses them, and the channel's status event)."""
+    wake = _Wakeup()
+    channel.status_event = _StatusEvent(wake)
+    channel.in_buffer.set_event(wake)
+    channel.in_stderr_buffer.set_event(wake)
+    return wake
+
+
 def _dropped(channel: paramiko.Channel) -> bool:
     """The channel was closed under us: no exit status and no EOF came (paramiko reports
     such a channel as exited -1). A command that ends, even by a signal, is followed by EOF."""
@@ -384,6 +418,7 @@ class SSHTransport:
         with self._slots:
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
+                wake = _watch(channel)  # before the command starts: no news can be missed
                 # as bytes: a value that was not UTF-8 (`--var v=$'\xff'`, kept by Python as
                 # lone surrogates) reaches the shell as the bytes it was, still one quoted word
                 token = secrets.token_hex(8)
@@ -398,7 +433,7 @@ class SSHTransport:
                     duration=time.monotonic() - start,
                 )
             try:
-                return self._read(channel, probe, start, token)
+                return self._read(channel, wake, probe, start, token)
             except Exception as exc:  # a dying connection must be a result, never a crash
                 log.debug("%s: %s failed", self.address, probe.name, exc_info=True)
                 return CommandResult(
@@ -411,22 +446,27 @@ class SSHTransport:
                 channel.close()
 
     def _read(
-        self, channel: paramiko.Channel, probe: Probe, start: float, token: str = ""
+        self,
+        channel: paramiko.Channel,
+        wake: _Wakeup,
+        probe: Probe,
+        start: float,
+        token: str = "",
     ) -> CommandResult:
-        # Polled, not select()ed: Channel.fileno() gives each channel an OS pipe that paramiko
-        # closes from its own thread when the server closes the channel, so a select() in
-        # another thread can race a closed (or already reused) descriptor. The wait is on the
-        # channel's exit-status event, so a finished command returns at once; data is polled
-        # with a backoff of 1 ms to 20 ms.
+        # Woken by the channel itself, not select()ed or polled: Channel.fileno() gives each
+        # channel an OS pipe that paramiko closes from its own thread when the server closes
+        # the channel, so a select() in another thread can race a closed (or already reused)
+        # descriptor; and polling woke every waiting reader up to fifty times a second (a
+        # sweep has a hundred of them, each needing the GIL to look). `_watch` has paramiko
+        # set one event for anything that arrives (data on either stream, EOF, exit status).
         out, err = BoundedBuffer(), BoundedBuffer()
         deadline = start + probe.timeout
         timed_out = False
         error = None
-        pause = _POLL_MIN_S
         exited_at: float | None = None
         while True:
+            wake.reset()
             if self._drain(channel, out, err):
-                pause = _POLL_MIN_S
                 if time.monotonic() < deadline:
                     continue
                 # output that never stops (`yes`) must not outlive the timeout
@@ -450,11 +490,9 @@ class SSHTransport:
             if remaining <= 0:
                 timed_out = True
                 break
-            if exited_at is None:
-                channel.status_event.wait(min(remaining, pause))  # returns at the exit status
-            else:
-                time.sleep(min(remaining, pause))  # the event is set: waiting on it would spin
-            pause = min(pause * 2, _POLL_MAX_S)
+            # after the exit status, EOF may never come (a background child holds the
+            # output): look again every _GRACE_POLL_S until the grace is over
+            wake.wait(remaining if exited_at is None else min(remaining, _GRACE_POLL_S))
         if not timed_out and error is None and _dropped(channel):
             error = "connection lost before the command finished"
         raw_err = err.getvalue()

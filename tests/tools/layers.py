@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runbook",  # the package itself: its __init__ holds only the version
             "runbook.errors", "runbook.atomic", "runbook.redact", "runbook.units",
             "runbook.output", "runbook.interrupt", "runbook.config", "runbook.ansible_text",
-            "runbook.templating", "runbook.template_cache", "runbook.jsontext",
+            "runbook.templating", "runbook.template_cache", "runbook.jsontext", "runbook.once",
             "runbook.signatures", "runbook.causal",
             "runbook.redacted_output", "runbook.timestamps", "runbook.data", "runbook.runbooks",
         ),
