@@ -785,7 +785,7 @@ def sweep_fleet(
     from runbook.spec import load_file, resolve
     from runbook.sweep import shard as shard_mod
     from runbook.sweep.checkpoint import Checkpoint
-    from runbook.sweep.host import probes_per_host
+    from runbook.sweep.host import probes_per_host, warm
     from runbook.sweep.lock import SweepLock
     from runbook.timestamps import now_iso
 
@@ -802,6 +802,7 @@ def sweep_fleet(
         if on_close is not None:
             on_close(pending.close)
     runbook = load_file(resolve(request.runbook_ref))
+    warm(runbook)  # while Ansible reads the inventory
     with SweepLock(request.key, state_dir() / "sweep-locks"):
         entries = _sweep_entries(request, pending)
         if request.shard:
