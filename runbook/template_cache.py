@@ -126,9 +126,14 @@ def get() -> CodeCache | None:
     """This process's cache, or None when it is turned off or its directory is not safe."""
     global _cache
     if _cache is _UNSET:
-        directory = cache_dir()
         off = os.environ.get("RUNBOOK_NO_CACHE", "").strip() not in ("", "0")
-        _cache = None if off or not _safe_dir(directory) else CodeCache(directory)
+        try:
+            directory = None if off else cache_dir()
+        except RuntimeError as exc:  # no $HOME and no passwd entry to find one
+            log.debug("template cache: no directory: %s", exc)
+            directory = None
+        usable = directory is not None and _safe_dir(directory)
+        _cache = CodeCache(directory) if usable and directory is not None else None
     return _cache  # type: ignore[no-any-return]
 
 

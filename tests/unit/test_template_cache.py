@@ -199,3 +199,18 @@ def test_the_cache_is_made_owner_only_and_can_be_turned_off(
     assert template_cache.get() is None
     templating.render_text("{{ 'off' }}", {})
     assert _files(cache_dir) == set()
+
+
+def test_no_home_directory_means_no_cache_not_a_failure(
+    cache_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RUNBOOK_CACHE_DIR")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    template_cache.reset()
+    assert template_cache.get() is None
+    assert templating.render_text("{{ 1 + 1 }}", {}) == "2"
