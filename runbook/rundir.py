@@ -69,10 +69,8 @@ def new_path(kind: str, *name: str, root: Path | None = None) -> Path:
 # ---------------------------------------------------------------------- the directory
 
 
-def _atomic_json(
-    path: Path, data: Any, within: Path | None = None, *, indent: int | None = 2
-) -> None:
-    text = json.dumps(redact_data(data), indent=indent, default=str) + "\n"
+def _atomic_json(path: Path, data: Any, within: Path | None = None) -> None:
+    text = json.dumps(redact_data(data), indent=2, default=str) + "\n"
     atomic.write_text(path, text, within=within)
 
 
@@ -122,13 +120,8 @@ class RunDirectory:
         `resume` (json's indenting encoder is pure Python, several times the C encoder's
         cost). A stage record that is the very object the last save wrote (Conductor.to_state
         keeps unchanged records) is not redacted and encoded again."""
-        records = state.get("records")
-        if not isinstance(records, Mapping):
-            with disk_full_as_error(self.path):
-                _atomic_json(self.path / "state.json", state, self.path, indent=None)
-            return
         encoded = {}
-        for stage_id, record in records.items():
+        for stage_id, record in state["records"].items():
             kept = self._state_records.get(stage_id)
             if kept is None or kept[0] is not record:
                 kept = (record, json.dumps(redact_data(record), default=str))

@@ -304,7 +304,7 @@ def start_run(
         # while the handshake waits on the network: the parsers the walk will call
         from runbook.parsers import registry
 
-        registry.preload(name for stage in runbook.stages for name in stage.parse)
+        registry.preload(runbook.parsers)
     except BaseException:
         opening.discard()
         raise

@@ -132,8 +132,7 @@ def get() -> CodeCache | None:
         except RuntimeError as exc:  # no $HOME and no passwd entry to find one
             log.debug("template cache: no directory: %s", exc)
             directory = None
-        usable = directory is not None and _safe_dir(directory)
-        _cache = CodeCache(directory) if usable and directory is not None else None
+        _cache = CodeCache(directory) if directory is not None and _safe_dir(directory) else None
     return _cache  # type: ignore[no-any-return]
 
 

@@ -65,7 +65,7 @@ def preload(names: Iterable[str]) -> None:
     """Import the modules of the shipped parsers named (unknown names are left for the
     runbook's check to report): a run does it while its connection is being made, so the
     walk does not stop at its first use of each (their patterns compile at import)."""
-    for name in set(names):
+    for name in names:
         if name in BUILTIN:
             get(name)
 

@@ -153,6 +153,11 @@ class Runbook:
                 return stage
         raise KeyError(stage_id)
 
+    @property
+    def parsers(self) -> frozenset[str]:
+        """Every parser its stages name."""
+        return frozenset(name for stage in self.stages for name in stage.parse)
+
     def remedy(self, remedy_id: str) -> Remedy:
         for remedy in self.remedies:
             if remedy.id == remedy_id:

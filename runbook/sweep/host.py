@@ -171,15 +171,16 @@ def warm(runbook: Runbook) -> None:
     """Everything each host's walk needs first, made once in this thread before any host
     starts: the runbook's templates compiled (warm_templates), the modules of its parsers
     imported (their patterns compiled), the signature catalog built, the SSH transport (and
-    paramiko) imported. A sweep does it while ansible-inventory, a process of its own on
-    another core, reads the inventory; otherwise the first wave of --forks hosts does it in
-    its threads, one interpreter lock among them."""
+    paramiko) imported; otherwise the first wave of --forks hosts does it in its threads, one
+    interpreter lock among them. run_sweep calls it; the sweep command calls it earlier too,
+    while ansible-inventory, a process of its own on another core, reads the inventory (a
+    second call finds everything made)."""
     from runbook import signatures
     from runbook.parsers import registry
     from runbook.transports import ssh  # noqa: F401  (imported for its import's sake)
 
     warm_templates(runbook)
-    registry.preload(name for stage in runbook.stages for name in stage.parse)
+    registry.preload(runbook.parsers)
     signatures.catalog()
 
 

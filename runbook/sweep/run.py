@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook.errors import RunbookError
-from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm_templates
+from runbook.sweep.host import HostOptions, sweep_host, timeout_result, warm
 from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
 from runbook.sweep.pool import Slot, run_pool
@@ -168,7 +168,7 @@ def run_sweep(
     todo = [e for e in entries if e.name not in reused]
     final: dict[str, HostResult] = {}
     started_at, t0 = now_iso(), time.monotonic()
-    warm_templates(options.runbook)
+    warm(options.runbook)  # a second call (the sweep command's was earlier) finds it all made
     observer.started(len(todo))
 
     def on_result(result: HostResult) -> None:
