@@ -9,6 +9,7 @@ on the stage; the walk goes on. Observers (the guided console, the event log) se
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,10 +24,16 @@ from runbook.diagnosis import build_verdict
 from runbook.rundir import RunDirectory
 from runbook.spec.models import Runbook, Stage
 from runbook.timestamps import now_iso
-from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.transports.base import BatchTransport, CommandResult, Probe, Transport
 from runbook.verdict import Verdict
 
 log = logging.getLogger(__name__)
+
+#: a burst of probes goes as batches of about this many (one channel each, the probes of one
+#: run one after another: transports/batch.py) on a transport that can batch them. Measured
+#: (20-host sweep, 5 alternating runs each): 8 a batch 1.69 s, 16 1.61 s, 32 1.60 s; a
+#: guided run the same within noise from 4 to 32, and a little slower with one batch
+BATCH_SIZE = 16
 
 #: probes every run records first: the node's name and its clocks (DESIGN §4 clock.txt)
 PREAMBLE = (
@@ -85,38 +92,99 @@ def _guarded(transport: Transport) -> Callable[[Probe], CommandResult]:
 
 
 class _Prober:
-    """The walk's probes over one transport, at most `max_parallel` in flight (an SSH server
-    allows ten sessions on a connection by default). `send_ahead` starts probes before their
-    stage comes (Conductor.ahead): every stage's independent probes go in the first burst, so
-    the walk waits for one round trip, not one a stage; `run` takes a stage's probes, using
-    those sent ahead with the same name and command and sending the rest, results in order.
-    A lone probe with nothing sent ahead runs in the caller's thread (no pool is made)."""
+    """The walk's probes over one transport, at most `max_parallel` channels in flight (an SSH
+    server allows ten sessions on a connection by default). `send_ahead` starts probes before
+    their stage comes (Conductor.ahead): every stage's independent probes go in the first
+    burst, so the walk waits for one round trip, not one a stage; `run` takes a stage's
+    probes, using those sent ahead with the same name and command and sending the rest,
+    results in order. A lone probe with nothing sent ahead runs in the caller's thread (no
+    pool is made).
+
+    On a transport that batches (base.BatchTransport: SSH), a burst goes as batches of about
+    BATCH_SIZE probes, dealt out in the walk's order so every batch starts with the earliest
+    stages' probes; each probe's future is set as its batch reaches it, and probes a batch
+    hands back (one before them took long) go out as a new batch."""
 
     def __init__(self, transport: Transport, max_parallel: int) -> None:
         self._run = _guarded(transport)
+        self._batch = transport if isinstance(transport, BatchTransport) else None
         self._max = max(1, max_parallel)
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: dict[tuple[str, str], Future[CommandResult]] = {}
 
-    def _submit(self, probe: Probe) -> Future[CommandResult]:
+    def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self._max)
-        return self._pool.submit(self._run, probe)
+        return self._pool
+
+    def _submit(self, probe: Probe) -> Future[CommandResult]:
+        return self._executor().submit(self._run, probe)
+
+    def _send(self, probes: Sequence[Probe]) -> list[Future[CommandResult]]:
+        if self._batch is None or len(probes) < 2:
+            return [self._submit(probe) for probe in probes]
+        futures: list[Future[CommandResult]] = [Future() for _ in probes]
+        lanes = min(self._max, math.ceil(len(probes) / BATCH_SIZE))
+        for lane in range(lanes):
+            self._send_batch(list(probes[lane::lanes]), futures[lane::lanes])
+        return futures
+
+    def _send_batch(self, probes: list[Probe], futures: list[Future[CommandResult]]) -> None:
+        try:
+            if len(probes) == 1:
+                single = self._submit(probes[0])
+                single.add_done_callback(lambda done: _settle(futures[0], done))
+                return
+            self._executor().submit(self._run_batch, probes, futures)
+        except RuntimeError:  # the walk is over (the pool shut down): nobody waits for these
+            for future in futures:
+                future.cancel()
+
+    def _run_batch(self, probes: list[Probe], futures: list[Future[CommandResult]]) -> None:
+        assert self._batch is not None
+
+        def deliver(index: int, result: CommandResult) -> None:
+            if not futures[index].done():  # cancelled: the walk ended without it
+                futures[index].set_result(result)
+
+        def spill(index: int) -> None:
+            self._send_batch(probes[index:], futures[index:])
+
+        try:
+            self._batch.run_batch(probes, deliver, spill)
+        except Exception as exc:
+            log.debug("%s: batch raised", self._batch.description, exc_info=True)
+            for probe, future in zip(probes, futures, strict=True):
+                if not future.done():
+                    future.set_result(
+                        CommandResult(
+                            probe.name,
+                            probe.command,
+                            error=f"transport failed: {type(exc).__name__}: {exc}",
+                        )
+                    )
 
     def send_ahead(self, probes: Sequence[Probe]) -> None:
+        fresh: dict[tuple[str, str], Probe] = {}
         for probe in probes:
             key = (probe.name, probe.command)
             if key not in self._ahead:
-                self._ahead[key] = self._submit(probe)
+                fresh.setdefault(key, probe)
+        for key, future in zip(fresh, self._send(list(fresh.values())), strict=True):
+            self._ahead[key] = future
 
     def run(self, probes: Sequence[Probe]) -> list[CommandResult]:
         if len(probes) == 1 and not self._ahead:
             return [self._run(probes[0])]
-        futures = []
+        futures: list[Future[CommandResult] | None] = []
+        fresh = []
         for probe in probes:
             early = self._ahead.pop((probe.name, probe.command), None)
-            futures.append(early if early is not None else self._submit(probe))
-        return [future.result() for future in futures]
+            futures.append(early)
+            if early is None:
+                fresh.append(probe)
+        sent = iter(self._send(fresh))
+        return [(future or next(sent)).result() for future in futures]
 
     def __enter__(self) -> _Prober:
         return self
@@ -128,6 +196,16 @@ class _Prober:
         transport, which ends them)."""
         if self._pool is not None:
             self._pool.shutdown(wait=kind is None, cancel_futures=True)
+
+
+def _settle(future: Future[CommandResult], done: Future[CommandResult]) -> None:
+    """`future` gets what `done` ended with (a probe a batch handed back, run on its own)."""
+    if done.cancelled():
+        future.cancel()
+    elif done.exception() is not None:
+        future.set_exception(done.exception())
+    else:
+        future.set_result(done.result())
 
 
 def _parse(

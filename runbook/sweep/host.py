@@ -39,7 +39,15 @@ from runbook.sweep.inventory import HostEntry
 from runbook.sweep.knownhosts import KnownHosts
 from runbook.sweep.pool import Slot
 from runbook.sweep.results import HostResult, HostStatus, status_of
-from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.transports.base import (
+    BatchTransport,
+    CommandResult,
+    Deliver,
+    Probe,
+    Spill,
+    Transport,
+    batch_of,
+)
 from runbook.verdict import Verdict
 
 if TYPE_CHECKING:
@@ -49,6 +57,7 @@ if TYPE_CHECKING:
 
 #: a probe is not started with less time than this left before the deadline
 MIN_PROBE_S = 0.05
+_NOT_STARTED = "not started: the host's deadline has passed"
 
 
 class DeadlineTransport:
@@ -65,6 +74,7 @@ class DeadlineTransport:
         #: probes stopped at the deadline, and probes not started because it had passed
         self.cut: list[str] = []
         self.not_started: list[str] = []
+        batch_of(self, inner)
 
     @property
     def expired(self) -> bool:
@@ -75,9 +85,7 @@ class DeadlineTransport:
         if remaining < MIN_PROBE_S:
             with self._lock:
                 self.not_started.append(probe.name)
-            return CommandResult(
-                probe.name, probe.command, error="not started: the host's deadline has passed"
-            )
+            return CommandResult(probe.name, probe.command, error=_NOT_STARTED)
         capped = remaining < probe.timeout
         result = self.inner.run(replace(probe, timeout=remaining) if capped else probe)
         # the deadline stopped it only if it ended there: a connection lost long before the
@@ -87,6 +95,36 @@ class DeadlineTransport:
             with self._lock:
                 self.cut.append(probe.name)
         return result
+
+    def _run_batch(
+        self,
+        probes: Sequence[Probe],
+        deliver: Deliver,
+        spill: Spill,
+        *,
+        within: float | None = None,
+    ) -> None:
+        """The batch bounded by the deadline: a probe that would start after it does not."""
+        assert isinstance(self.inner, BatchTransport)
+        remaining = self.deadline - self._clock()
+        if remaining < MIN_PROBE_S:
+            with self._lock:
+                self.not_started.extend(probe.name for probe in probes)
+            for index, probe in enumerate(probes):
+                deliver(
+                    index,
+                    CommandResult(probe.name, probe.command, error=_NOT_STARTED),
+                )
+            return
+
+        def noted(index: int, result: CommandResult) -> None:
+            if (result.timed_out or result.error) and self._clock() >= self.deadline - MIN_PROBE_S:
+                with self._lock:
+                    self.cut.append(result.name)
+            deliver(index, result)
+
+        bound = remaining if within is None else min(within, remaining)
+        self.inner.run_batch(probes, noted, spill, within=bound)
 
     def close(self) -> None:
         self.inner.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -129,6 +129,41 @@ class Transport(Protocol):
     def run(self, probe: Probe) -> CommandResult: ...
 
     def close(self) -> None: ...
+
+
+#: `deliver(i, result)`: probe i of a batch ended (or failed, or timed out) with `result`
+Deliver = Callable[[int, CommandResult], None]
+#: `spill(i)`: probes i and after were not run by this batch; the caller runs them elsewhere
+Spill = Callable[[int], None]
+
+
+@runtime_checkable
+class BatchTransport(Transport, Protocol):
+    """A transport that can also run several probes one after another in one remote shell
+    (transports/batch.py): one channel instead of one a probe.
+
+    Every probe of `probes` is accounted for exactly once: delivered (`deliver(i, result)`, in
+    order, as each ends), or handed back in one `spill(i)` for probes[i:], which this call
+    then does not report. A batch hands its tail back when a probe takes long enough that those
+    after it should not wait for it, or when it cannot go on (the script ended early). `within`
+    bounds the whole batch: no probe runs past that many seconds from the call."""
+
+    def run_batch(
+        self,
+        probes: Sequence[Probe],
+        deliver: Deliver,
+        spill: Spill,
+        *,
+        within: float | None = None,
+    ) -> None: ...
+
+
+def batch_of(wrapper: object, inner: Transport) -> None:
+    """Gives `wrapper` a `run_batch` (its `_run_batch`) when the transport it wraps has one, so
+    a wrapper batches exactly when what it wraps does (base.BatchTransport is a runtime check
+    for the attribute)."""
+    if isinstance(inner, BatchTransport):
+        wrapper.run_batch = wrapper._run_batch  # type: ignore[attr-defined]
 
 
 def decode(data: bytes | bytearray) -> str:

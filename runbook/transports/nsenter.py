@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import replace
 
 from runbook.errors import UnreachableError, UsageError
-from runbook.transports.base import CommandResult, Probe, Transport
+from runbook.transports.base import (
+    BatchTransport,
+    CommandResult,
+    Deliver,
+    Probe,
+    Spill,
+    Transport,
+    batch_of,
+)
 from runbook.transports.local import Running, run_argv
 
 NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
@@ -34,11 +43,31 @@ class NsenterTransport:
         self.inner = inner
         self.pid = pid
         self.description = f"{inner.description} (nsenter --target {pid})"
+        batch_of(self, inner)
 
     def run(self, probe: Probe) -> CommandResult:
         result = self.inner.run(replace(probe, command=nsenter_command(probe.command, self.pid)))
         # reports show what the runbook asked for; the wrapper is the transport's business
         return replace(result, command=probe.command, extra={"wrapped": "nsenter"})
+
+    def _run_batch(
+        self,
+        probes: Sequence[Probe],
+        deliver: Deliver,
+        spill: Spill,
+        *,
+        within: float | None = None,
+    ) -> None:
+        assert isinstance(self.inner, BatchTransport)
+        wrapped = [replace(p, command=nsenter_command(p.command, self.pid)) for p in probes]
+
+        def unwrapped(index: int, result: CommandResult) -> None:
+            deliver(
+                index,
+                replace(result, command=probes[index].command, extra={"wrapped": "nsenter"}),
+            )
+
+        self.inner.run_batch(wrapped, unwrapped, spill, within=within)
 
     def close(self) -> None:
         self.inner.close()
