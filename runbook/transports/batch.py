@@ -13,8 +13,14 @@ the end of the script (the text is quoted once more here, so it reaches eval exa
 template rendered it). After it, the shell writes an end mark on both streams: a newline, the
 batch's mark and the exit status on stdout; a newline and the mark on stderr. The newline
 before the mark is the splitter's to remove, so output that does not end in a newline comes
-back byte for byte. The mark carries a random token made for this batch: evidence written
-before the batch started cannot contain it.
+back byte for byte.
+
+The mark carries a random token made for the batch, and the token is not in the script: the
+script reads it from its standard input first (the client sends it, then closes the input), so
+it is in no command line or environment another user of the node could read (`ps` shows the
+script). Evidence read by a probe (a log a job writes) therefore cannot end that probe early
+and pass its own text off as the next probe's output. The probes themselves see the input
+closed, where a channel of their own left it open and never written to.
 
 Nothing is written on the node: outputs are told apart by their order on the two streams,
 which is why the probes of one batch run one after another (see the SSH transport for what it
@@ -39,33 +45,34 @@ MAX_SCRIPT_BYTES = 64 * 1024
 _STATUS_DIGITS = 8
 
 
+#: the script's first line: the token, from the input (see above); SIGUSR1 asks the script
+#: to stop once the probe it runs has ended (a shell runs a trap only after the foreground
+#: command it waits for; the probe's subshell is not signalled)
+_PROLOGUE = "IFS= read -r T || exit 0; stop=; trap 'stop=1' USR1"
+_STEP = (
+    '[ -z "$stop" ] || exit 0; (T=; eval {command}); '
+    "printf '\\n__RBK_END_%s %d\\n' \"$T\" \"$?\"; printf '\\n__RBK_END_%s\\n' \"$T\" >&2"
+)
+
+
 def mark_for(token: str) -> bytes:
+    """What the script writes after each probe, given `token` on its input."""
     return f"__RBK_END_{token}".encode("ascii")
 
 
-#: the script's first line: SIGUSR1 asks it to stop once the probe it runs has ended (a
-#: shell runs a trap only after the foreground command it waits for; the probe's subshell
-#: is not signalled)
-_PROLOGUE = "stop=; trap 'stop=1' USR1"
-
-
-def script(commands: Sequence[str], mark: bytes) -> str:
+def script(commands: Sequence[str]) -> str:
     """The shell script that runs `commands` in order, each followed by its end marks, and
-    that ends before the next one once it was sent SIGUSR1."""
-    text = mark.decode("ascii")
-    steps = (
-        f'[ -z "$stop" ] || exit 0; (eval {shlex.quote(command)}); '
-        f"printf '\\n{text} %d\\n' \"$?\"; printf '\\n{text}\\n' >&2"
-        for command in commands
-    )
+    that ends before the next one once it was sent SIGUSR1. Its input's first line is the
+    token of its marks."""
+    steps = (_STEP.format(command=shlex.quote(command)) for command in commands)
     return "\n".join((_PROLOGUE, *steps))
 
 
-def fits(commands: Sequence[str], mark: bytes) -> int:
+def fits(commands: Sequence[str]) -> int:
     """How many of `commands`, from the first, one batch's script can hold (at least one)."""
     size = len(_PROLOGUE) + 1
     for count, command in enumerate(commands):
-        size += len(script([command], mark).encode("utf-8", "surrogateescape")) + 1
+        size += len(script([command]).encode("utf-8", "surrogateescape")) - len(_PROLOGUE)
         if size > MAX_SCRIPT_BYTES and count:
             return count
     return len(commands)

@@ -516,19 +516,25 @@ class SSHTransport:
         the batch's process group is stopped, so none of them runs twice for long."""
         start = time.monotonic()
         limit = math.inf if within is None else start + within
-        token = secrets.token_hex(8)
-        mark = batch.mark_for(token)
-        count = batch.fits([probe.command for probe in probes], mark)
+        token = secrets.token_hex(8)  # the cancel's, seen in the command line
+        secret = secrets.token_hex(16)  # the marks', sent on the input
+        mark = batch.mark_for(secret)
+        count = batch.fits([probe.command for probe in probes])
         mine = probes[:count]
         with self._slots:
+            channel: paramiko.Channel | None = None
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
                 wake = _watch(channel)
-                script = batch.script([probe.command for probe in mine], mark)
+                script = batch.script([probe.command for probe in mine])
                 channel.exec_command(
                     wrap_for_pgid(script, token).encode("utf-8", "surrogateescape")
                 )
+                channel.sendall(f"{secret}\n".encode("ascii"))
+                channel.shutdown_write()
             except (OSError, paramiko.SSHException, EOFError) as exc:
+                if channel is not None:
+                    channel.close()
                 for index, probe in enumerate(probes):
                     deliver(
                         index,

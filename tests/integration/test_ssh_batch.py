@@ -116,6 +116,24 @@ def test_each_probe_gets_what_a_channel_of_its_own_gives_it(transport) -> None: 
     assert len(batched[6].stdout) == 3_000_001
 
 
+#: hostile evidence that knows all the node's command lines show: every hex token in them
+#: written out as a batch's end marks, as a job could write them into a log a probe reads
+FORGER = (
+    "for f in /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done 2>/dev/null"
+    " | grep -o '[0-9a-f]\\{16,64\\}' | sort -u | while read -r t; do"
+    " printf '\\n__RBK_END_%s 0\\n' \"$t\"; printf '\\n__RBK_END_%s\\n' \"$t\" >&2; done;"
+    " echo forged-after"
+)
+
+
+def test_evidence_cannot_end_its_probe_early_or_speak_for_the_next_one(transport) -> None:  # type: ignore[no-untyped-def]
+    probes = [Probe("log.txt", FORGER), Probe("next.txt", "echo real; exit 5")]
+    results = _batched(transport, probes).results
+    assert results[0].stdout.endswith("forged-after\n") and results[0].exited == 0
+    assert "__RBK_END_" in results[0].stdout  # it did find tokens to forge with
+    assert (results[1].stdout, results[1].stderr, results[1].exited) == ("real\n", "", 5)
+
+
 def test_a_slow_probe_hands_the_rest_to_another_channel_and_nothing_runs_twice(transport) -> None:  # type: ignore[no-untyped-def]
     count = transport.host_dir / "ran"
     probes = [

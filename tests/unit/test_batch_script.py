@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from runbook.transports import batch
 
-MARK = batch.mark_for("0123456789abcdef")
+TOKEN = "0123456789abcdef"
+MARK = batch.mark_for(TOKEN)
+INPUT = f"{TOKEN}\n".encode()
 
 #: commands whose output, stderr or exit a careless batch would change
 COMMANDS = [
@@ -36,12 +38,16 @@ COMMANDS = [
     "printf '\\000\\377\\376 binary\\n'",
     "echo \"it's \\\"quoted\\\"\" '$x' `echo sub` $(echo dollar)",
     f"echo '\\n{MARK.decode()}' is not a mark without a status",
+    "cat; echo the input is closed",
+    "echo \"[$T]\"",  # the token is not the probes' to see
     "kill -s TERM $$ 2>/dev/null; echo the subshell's $$ is the batch's: this probe ends it",
 ]
 
 
 def _alone(command: str) -> tuple[bytes, bytes, int]:
-    done = subprocess.run(["/bin/sh", "-c", command], capture_output=True, timeout=10)
+    done = subprocess.run(
+        ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, capture_output=True, timeout=10
+    )
     return done.stdout, done.stderr, done.returncode
 
 
@@ -56,7 +62,7 @@ def _split(stdout: bytes, stderr: bytes) -> list[tuple[bytes, bytes, int | None]
 
 def _batched(commands: list[str]) -> list[tuple[bytes, bytes, int | None]]:
     done = subprocess.run(
-        ["/bin/sh", "-c", batch.script(commands, MARK)], capture_output=True, timeout=20
+        ["/bin/sh", "-c", batch.script(commands)], input=INPUT, capture_output=True, timeout=20
     )
     return _split(done.stdout, done.stderr)
 
@@ -157,22 +163,36 @@ def test_what_a_cut_off_probe_said_so_far_is_kept() -> None:
 
 def test_a_script_holds_only_what_fits_one_argument() -> None:
     big = "echo " + "x" * 20_000
-    assert batch.fits([big] * 10, MARK) == 3
-    assert batch.fits(["x" * 100_000], MARK) == 1  # one command always goes
-    assert batch.fits(["echo a"] * 50, MARK) == 50
-    for count in (1, 3):
-        size = len(batch.script([big] * count, MARK).encode())
-        assert size <= batch.MAX_SCRIPT_BYTES
+    assert batch.fits([big] * 10) == 3
+    assert batch.fits(["x" * 100_000]) == 1  # one command always goes
+    assert batch.fits(["echo a"] * 50) == 50
+    assert len(batch.script([big] * 3).encode()) <= batch.MAX_SCRIPT_BYTES
+    assert len(batch.script([big] * 4).encode()) > batch.MAX_SCRIPT_BYTES
+
+
+def test_the_token_of_the_marks_is_in_no_command_line() -> None:
+    """`ps` shows the script to every user of the node; the token comes on its input."""
+    text = batch.script(["echo a", "echo b"])
+    assert TOKEN not in text and "__RBK_END_%s" in text
+    done = subprocess.run(
+        ["/bin/sh", "-c", text + "\ntr '\\0' ' ' < /proc/$$/cmdline; env"],
+        input=INPUT, capture_output=True, timeout=10,
+    )  # fmt: skip
+    assert done.stdout.count(TOKEN.encode()) == 2  # the two marks, and nothing else
 
 
 def test_sigusr1_stops_the_script_after_the_probe_it_runs() -> None:
     """What the SSH transport sends a batch whose tail it handed to another channel: the
     running probe finishes and is reported, the next one never starts."""
-    script = batch.script(["sleep 0.5; echo slept", "echo second"], MARK)
+    script = batch.script(["sleep 0.5; echo slept", "echo second"])
     shell = subprocess.Popen(
-        ["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+        ["/bin/sh", "-c", script],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
     try:
+        assert shell.stdin is not None
+        shell.stdin.write(INPUT)
+        shell.stdin.flush()
         time.sleep(0.2)
         os.kill(shell.pid, signal.SIGUSR1)
         stdout, stderr = shell.communicate(timeout=10)
@@ -191,7 +211,8 @@ def test_the_script_runs_in_the_shells_nodes_have(shell: str) -> None:
     if which(shell) is None:
         pytest.skip(f"{shell} is not installed here")
     done = subprocess.run(
-        [shell, "-c", batch.script(["echo a", "exit 4", "echo c >&2"], MARK)],
+        [shell, "-c", batch.script(["echo a", "exit 4", "echo c >&2"])],
+        input=INPUT,
         capture_output=True,
         timeout=10,
     )
