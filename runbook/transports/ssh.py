@@ -662,7 +662,7 @@ class SSHTransport:
             channel = self._transport().open_session(timeout=self.options.connect_timeout)
             channel.exec_command(f"kill -s USR1 {pid} 2>/dev/null; true")
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            log.warning("%s: could not stop batch %s: %s", self.address, pid, exc)
+            self._could_not(f"stop batch {pid}", exc)
             return None
         return channel
 
@@ -703,7 +703,12 @@ class SSHTransport:
             finally:
                 channel.close()
         except (OSError, paramiko.SSHException, EOFError) as exc:
-            log.warning("%s: could not %s: %s", self.address, what, exc)
+            self._could_not(what, exc)
+
+    def _could_not(self, what: str, exc: BaseException) -> None:
+        # a connection closed under it (an interrupted run) is said once, by the run
+        quiet = not self._is_active()
+        (log.debug if quiet else log.warning)("%s: could not %s: %s", self.address, what, exc)
 
     def _close_hops(self) -> None:
         for hop in reversed(self._hops):

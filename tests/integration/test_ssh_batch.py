@@ -275,3 +275,18 @@ def test_a_walk_reaches_the_same_verdict_and_bundle_batched_or_not(  # type: ign
         causes[name] = walks["batched"][0]
     # the healthy node's kernel log is this machine's own (other tests' OOM kills may be in it)
     assert causes["fallen"] == "gpu-hardware" != causes["healthy"], causes
+
+
+def test_after_the_connection_was_closed_stopping_a_batch_is_quiet(transport, caplog) -> None:  # type: ignore[no-untyped-def]
+    """An interrupted run closes the connection while batches may still hand probes back and
+    stop process groups: the run's own last line ("interrupted; resume with ...") must stay
+    its last, with no warning about a stop the closed connection could not send."""
+    import logging
+
+    transport.close()
+    with caplog.at_level(logging.DEBUG, logger="runbook.transports.ssh"):
+        assert transport._ask_to_stop(12345) is None
+        transport._stop(12345, "")
+        transport._stop(None, "0123456789abcdef")
+    records = [r for r in caplog.records if r.name == "runbook.transports.ssh"]
+    assert len(records) == 3 and all(r.levelno == logging.DEBUG for r in records), records
