@@ -127,10 +127,20 @@ FORGER = (
 
 
 def test_evidence_cannot_end_its_probe_early_or_speak_for_the_next_one(transport) -> None:  # type: ignore[no-untyped-def]
-    probes = [Probe("log.txt", FORGER), Probe("next.txt", "echo real; exit 5")]
-    results = _batched(transport, probes).results
+    import secrets
+
+    # a decoy token in a command line (the hosts share this machine's processes): the forger
+    # finds it and writes marks with it, as it would the batch's were it to be seen
+    decoy = secrets.token_hex(16)
+    shown = subprocess.Popen(["/bin/sh", "-c", f"sleep 30; : {decoy}"])
+    try:
+        probes = [Probe("log.txt", FORGER), Probe("next.txt", "echo real; exit 5")]
+        results = _batched(transport, probes).results
+    finally:
+        shown.kill()
+        shown.wait()
     assert results[0].stdout.endswith("forged-after\n") and results[0].exited == 0
-    assert "__RBK_END_" in results[0].stdout  # it did find tokens to forge with
+    assert f"\n__RBK_END_{decoy} 0\n" in results[0].stdout  # forged, and kept as content
     assert (results[1].stdout, results[1].stderr, results[1].exited) == ("real\n", "", 5)
 
 
