@@ -1,3 +1,3 @@
-from runbook.cli.app import console
+from runbook.start import console
 
 console()

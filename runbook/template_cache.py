@@ -24,8 +24,6 @@ full disk) is a slower run, never an error.
 from __future__ import annotations
 
 import logging
-import os
-import stat
 from pathlib import Path
 from types import CodeType
 from typing import Any
@@ -34,6 +32,7 @@ import jinja2
 from jinja2.bccache import Bucket, FileSystemBytecodeCache
 
 from runbook import __version__
+from runbook import cache_dir as cache_dir_mod
 
 log = logging.getLogger(__name__)
 
@@ -45,29 +44,11 @@ _TAG = f"runbook {__version__} format {FORMAT} jinja2 {jinja2.__version__}"
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("RUNBOOK_CACHE_DIR")
-    if env:
-        return Path(env) / "templates"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "nccl-runbook" / "templates"
+    return cache_dir_mod.base() / "templates"
 
 
 def _safe_dir(path: Path) -> bool:
-    """Make `path` (owner-only) if it is missing; whether it is a real directory this user
-    owns that no one else may write."""
-    try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(path)
-    except OSError as exc:
-        log.debug("template cache %s unusable: %s", path, exc)
-        return False
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        log.debug("template cache %s: not a directory of this user; not used", path)
-        return False
-    if stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH):
-        log.debug("template cache %s: writable by others; not used", path)
-        return False
-    return True
+    return cache_dir_mod.safe_dir(path)
 
 
 class CodeCache:
@@ -126,9 +107,8 @@ def get() -> CodeCache | None:
     """This process's cache, or None when it is turned off or its directory is not safe."""
     global _cache
     if _cache is _UNSET:
-        off = os.environ.get("RUNBOOK_NO_CACHE", "").strip() not in ("", "0")
         try:
-            directory = None if off else cache_dir()
+            directory = None if cache_dir_mod.off() else cache_dir()
         except RuntimeError as exc:  # no $HOME and no passwd entry to find one
             log.debug("template cache: no directory: %s", exc)
             directory = None

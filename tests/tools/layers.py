@@ -29,6 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runbook.errors", "runbook.atomic", "runbook.redact", "runbook.units",
             "runbook.output", "runbook.interrupt", "runbook.config", "runbook.ansible_text",
             "runbook.templating", "runbook.template_cache", "runbook.jsontext", "runbook.once",
+            "runbook.cache_dir", "runbook.dataclass_cache",
             "runbook.signatures", "runbook.causal",
             "runbook.redacted_output", "runbook.timestamps", "runbook.data", "runbook.runbooks",
         ),
@@ -54,7 +55,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("render", ("runbook.render",)),
     ("session", ("runbook.session", "runbook.sweep",
                  "runbook.job", "runbook.npd")),
-    ("cli", ("runbook.cli", "runbook.report", "runbook.demo", "runbook.__main__")),
+    ("cli", ("runbook.cli", "runbook.report", "runbook.demo", "runbook.__main__",
+             "runbook.start")),
 )
 
 #: third-party packages only some layers may use: (package, the module prefixes allowed it)

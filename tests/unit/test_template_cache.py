@@ -181,7 +181,9 @@ def test_a_directory_of_another_user_is_never_used(
     owner = cache_dir.stat().st_uid
     assert template_cache.get() is not None  # ours: used
     template_cache.reset()
-    monkeypatch.setattr(template_cache.os, "geteuid", lambda: owner + 1)
+    from runbook import cache_dir as cache_dir_mod
+
+    monkeypatch.setattr(cache_dir_mod.os, "geteuid", lambda: owner + 1)
     assert template_cache.get() is None
 
 
