@@ -818,7 +818,7 @@ class _BatchReader:
                     )
                     return
             wait_until = deadline if patience_ends is None else min(deadline, patience_ends)
-            if ended_at is not None or self.running_since is None:
+            if ended_at is not None:
                 wait_until = min(wait_until, now + _GRACE_POLL_S)
             self.wake.wait(max(0.0, wait_until - now))
         if self.handed_back is not None:
