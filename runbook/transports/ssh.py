@@ -72,7 +72,10 @@ _EOF_GRACE_S = 2.0
 #: most bytes of one stream read before the loop looks at the clock again
 _DRAIN_BYTES = 4 * 1024 * 1024
 _GRACE_POLL_S = 0.02
-_PGID_MARK = re.compile(rb"^__RBK_PGID=(\d+)\n")
+_PGID_LINE = re.compile(rb"(?m)^__RBK_PGID=(\d+)\n")
+#: how far into stderr the process-group line is looked for: a login's own words (a profile
+#: that prints) may come before it
+_PGID_SEARCH = 4096
 #: a probe of a batch that has run this long hands the probes queued after it to another
 #: channel: a hung `nvidia-smi` must not hold back the rest of the walk's evidence
 BATCH_PATIENCE_S = 0.25
@@ -610,12 +613,9 @@ class SSHTransport:
             wake.wait(remaining if exited_at is None else min(remaining, _GRACE_POLL_S))
         if not timed_out and error is None and _dropped(channel):
             error = "connection lost before the command finished"
-        raw_err = err.getvalue()
-        mark = _PGID_MARK.match(raw_err)
-        if mark:
-            raw_err = raw_err[mark.end() :]
-        if timed_out and mark:
-            self._kill_group(int(mark.group(1)))
+        pgid, raw_err = _split_pgid(err.getvalue())
+        if timed_out and pgid is not None:
+            self._kill_group(pgid)
         elif timed_out and token:
             self._cancel(token)
         return CommandResult(
@@ -732,16 +732,23 @@ class _ErrStream:
             self.splitter.feed(data)
             return
         self._head += data
-        mark = _PGID_MARK.match(self._head)
-        if mark:
-            self.pgid = int(mark.group(1))
-            rest = bytes(self._head[mark.end() :])
-        elif b"\n" in self._head or len(self._head) > 64:
-            rest = bytes(self._head)  # a login shell's own words: the first probe's stderr
-        else:
-            return
+        pgid, rest = _split_pgid(self._head)
+        if pgid is None and b"__RBK_END_" not in rest and len(rest) <= _PGID_SEARCH:
+            return  # not yet: a login's own words came first, or the line is not whole
+        # without the line (a login that ran the command some other way), once the first
+        # probe's end mark is here, its stderr is what came
+        self.pgid = pgid
         self._head = None
         self.splitter.feed(rest)
+
+
+def _split_pgid(head: bytes | bytearray) -> tuple[int | None, bytes]:
+    """The process group wrap_for_pgid reported, and stderr without its line (a login's own
+    words before it stay, as the probe's stderr)."""
+    mark = _PGID_LINE.search(head, 0, _PGID_SEARCH)
+    if mark is None:
+        return None, bytes(head)
+    return int(mark.group(1)), bytes(head[: mark.start()]) + bytes(head[mark.end() :])
 
 
 class _BatchReader:

@@ -220,8 +220,11 @@ def test_a_connection_lost_during_a_batch_leaves_no_probe_unreported(transport) 
     subprocess.run(["pkill", "-f", "sleep 320[0-2]"], check=False)
 
 
-#: bundle files that differ between two walks of one node a second apart
-VOLATILE = {"bundle.yaml", "clock.txt", "meminfo.txt", "node.json.err", "pod.json.err"}
+#: bundle files that differ between two walks of one node a second apart (this machine's
+#: memory and /dev/shm, which other processes use too; kubectl's timestamped errors)
+VOLATILE = {
+    "bundle.yaml", "clock.txt", "meminfo.txt", "df-shm.txt", "node.json.err", "pod.json.err",
+}
 
 
 def test_a_walk_reaches_the_same_verdict_and_bundle_batched_or_not(  # type: ignore[no-untyped-def]
@@ -255,9 +258,13 @@ def test_a_walk_reaches_the_same_verdict_and_bundle_batched_or_not(  # type: ign
             "GPU has fallen off the bus.\n"
         ),
     )
+    # the healthy node's kernel log a shim too: this machine's own changes under other work
+    healthy = shims.profile(
+        "healthy-8gpu", dmesg=shims.Output("[Wed Mar  4 06:00:05 2026] Linux version 6.1.0\n")
+    )
     runbook = load_file(resolve("nccl-init-failure"))
     causes = {}
-    for name, outputs in (("healthy", shims.load_profile("healthy-8gpu")), ("fallen", fallen)):
+    for name, outputs in (("healthy", healthy), ("fallen", fallen)):
         host = ssh_host(f"walk-{name}")
         shims.install(host, outputs)
         walks = {}
@@ -283,8 +290,7 @@ def test_a_walk_reaches_the_same_verdict_and_bundle_batched_or_not(  # type: ign
             walks[mode] = (result.verdict.root_cause, result.conductor.path, files)
         assert walks["batched"] == walks["alone"], name
         causes[name] = walks["batched"][0]
-    # the healthy node's kernel log is this machine's own (other tests' OOM kills may be in it)
-    assert causes["fallen"] == "gpu-hardware" != causes["healthy"], causes
+    assert causes == {"healthy": "healthy", "fallen": "gpu-hardware"}, causes
 
 
 def test_after_the_connection_was_closed_stopping_a_batch_is_quiet(transport, caplog) -> None:  # type: ignore[no-untyped-def]
@@ -300,3 +306,37 @@ def test_after_the_connection_was_closed_stopping_a_batch_is_quiet(transport, ca
         transport._stop(None, "0123456789abcdef")
     records = [r for r in caplog.records if r.name == "runbook.transports.ssh"]
     assert len(records) == 3 and all(r.levelno == logging.DEBUG for r in records), records
+
+
+def test_a_login_that_speaks_first_still_lets_slow_probes_hand_back_and_timeouts_kill(  # type: ignore[no-untyped-def]
+    ssh_host, known_hosts, client_key
+) -> None:
+    """A profile that prints before the command runs (its words come before the process-group
+    line): the group is still known, so a slow probe hands the rest back and a timed-out one is
+    killed by its group; the words stay the first probe's stderr, as before."""
+    host = ssh_host(
+        "chatty",
+        extra_sshd_config=(
+            'ForceCommand echo "welcome to the node" >&2; exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"'
+        ),
+    )
+    transport = SSHTransport(
+        SSHAddress(host.address, host.port),
+        SSHOptions(known_hosts=known_hosts, identities=(client_key.private_path,)),
+    )
+    try:
+        outcome = _batched(transport, [Probe("slow", "sleep 1.5; echo slow"), Probe("b", "echo b")])
+        single = transport.run(Probe("hang.txt", "sleep 3217", timeout=0.5))
+        quick = transport.run(Probe("quick.txt", "echo quick"))
+    finally:
+        transport.close()
+    assert outcome.handed_back == [1] and outcome.at[1] < outcome.at[0] - 0.5
+    assert outcome.results[0].stderr == "welcome to the node\n"
+    # the probe handed back ran in a channel of its own: its login spoke first there too
+    assert outcome.results[1].stdout == "b\n"
+    assert outcome.results[1].stderr == "welcome to the node\n"
+    assert single.timed_out and quick.stderr == "welcome to the node\n" and quick.ok
+    deadline = time.monotonic() + 5
+    while _remote_processes("sleep 3217") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _remote_processes("sleep 3217") == ""
