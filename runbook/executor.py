@@ -24,7 +24,7 @@ from runbook.diagnosis import build_verdict
 from runbook.rundir import RunDirectory
 from runbook.spec.models import Runbook, Stage
 from runbook.timestamps import now_iso
-from runbook.transports.base import BatchTransport, CommandResult, Probe, Transport
+from runbook.transports.base import BatchTransport, CommandResult, Probe, Transport, fail_all
 from runbook.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -154,15 +154,8 @@ class _Prober:
             self._batch.run_batch(probes, deliver, spill)
         except Exception as exc:
             log.debug("%s: batch raised", self._batch.description, exc_info=True)
-            for probe, future in zip(probes, futures, strict=True):
-                if not future.done():
-                    future.set_result(
-                        CommandResult(
-                            probe.name,
-                            probe.command,
-                            error=f"transport failed: {type(exc).__name__}: {exc}",
-                        )
-                    )
+            # those it delivered keep their results (deliver skips a future already set)
+            fail_all(probes, deliver, f"transport failed: {type(exc).__name__}: {exc}")
 
     def send_ahead(self, probes: Sequence[Probe]) -> None:
         fresh: dict[tuple[str, str], Probe] = {}

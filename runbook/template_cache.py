@@ -47,10 +47,6 @@ def cache_dir() -> Path:
     return cache_dir_mod.base() / "templates"
 
 
-def _safe_dir(path: Path) -> bool:
-    return cache_dir_mod.safe_dir(path)
-
-
 class CodeCache:
     """Compiled code by (kind, template text); every failure is a miss."""
 
@@ -112,7 +108,9 @@ def get() -> CodeCache | None:
         except RuntimeError as exc:  # no $HOME and no passwd entry to find one
             log.debug("template cache: no directory: %s", exc)
             directory = None
-        _cache = CodeCache(directory) if directory is not None and _safe_dir(directory) else None
+        if directory is not None and not cache_dir_mod.safe_dir(directory):
+            directory = None
+        _cache = CodeCache(directory) if directory is not None else None
     return _cache  # type: ignore[no-any-return]
 
 

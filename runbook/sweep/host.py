@@ -47,6 +47,7 @@ from runbook.transports.base import (
     Spill,
     Transport,
     batch_of,
+    fail_all,
 )
 from runbook.verdict import Verdict
 
@@ -110,11 +111,7 @@ class DeadlineTransport:
         if remaining < MIN_PROBE_S:
             with self._lock:
                 self.not_started.extend(probe.name for probe in probes)
-            for index, probe in enumerate(probes):
-                deliver(
-                    index,
-                    CommandResult(probe.name, probe.command, error=_NOT_STARTED),
-                )
+            fail_all(probes, deliver, _NOT_STARTED)
             return
 
         def noted(index: int, result: CommandResult) -> None:

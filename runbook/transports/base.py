@@ -158,6 +158,12 @@ class BatchTransport(Transport, Protocol):
     ) -> None: ...
 
 
+def fail_all(probes: Sequence[Probe], deliver: Deliver, error: str, duration: float = 0.0) -> None:
+    """Every probe of a batch delivered as failed with `error` (nothing of it ran)."""
+    for index, probe in enumerate(probes):
+        deliver(index, CommandResult(probe.name, probe.command, error=error, duration=duration))
+
+
 def batch_of(wrapper: object, inner: Transport) -> None:
     """Gives `wrapper` a `run_batch` (its `_run_batch`) when the transport it wraps has one, so
     a wrapper batches exactly when what it wraps does (base.BatchTransport is a runtime check

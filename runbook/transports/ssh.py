@@ -62,6 +62,7 @@ from runbook.transports.base import (
     Probe,
     Spill,
     decode,
+    fail_all,
 )
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
@@ -538,16 +539,8 @@ class SSHTransport:
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 if channel is not None:
                     channel.close()
-                for index, probe in enumerate(probes):
-                    deliver(
-                        index,
-                        CommandResult(
-                            probe.name,
-                            probe.command,
-                            error=f"could not start: {exc or type(exc).__name__}",
-                            duration=time.monotonic() - start,
-                        ),
-                    )
+                error = f"could not start: {exc or type(exc).__name__}"
+                fail_all(probes, deliver, error, time.monotonic() - start)
                 return
             reader = _BatchReader(self, channel, wake, mine, deliver, mark, token)
             try:
@@ -857,21 +850,28 @@ class _BatchReader:
         while out and err and self.current < self._end:
             stdout, out_cut, status = out.popleft()
             stderr, err_cut, _ = err.popleft()
-            probe = self.probes[self.current]
-            self.deliver(
-                self.current,
-                CommandResult(
-                    name=probe.name,
-                    command=probe.command,
-                    stdout=decode(stdout),
-                    stderr=decode(stderr),
-                    exited=status,
-                    duration=now - self.began,
-                    truncated=out_cut or err_cut,
-                ),
-            )
-            self.current += 1
-            self.began = now
+            self._settle_current(now, stdout, stderr, out_cut or err_cut, exited=status)
+
+    def _settle_current(
+        self, now: float, stdout: bytes, stderr: bytes, truncated: bool, **outcome: Any
+    ) -> None:
+        """Deliver the running probe's result (`outcome`: its exit, timeout or error) and move
+        on to the next, which started when this one ended."""
+        probe = self.probes[self.current]
+        self.deliver(
+            self.current,
+            CommandResult(
+                name=probe.name,
+                command=probe.command,
+                stdout=decode(stdout),
+                stderr=decode(stderr),
+                duration=now - self.began,
+                truncated=truncated,
+                **outcome,
+            ),
+        )
+        self.current += 1
+        self.began = now
 
     def _hand_back(self, index: int, spill: Spill) -> None:
         self.handed_back = index
@@ -897,24 +897,11 @@ class _BatchReader:
     ) -> None:
         if self.current >= self._end:
             return
-        probe = self.probes[self.current]
         stdout, out_cut = self.out.partial()
         stderr, err_cut = self.err.splitter.partial()
-        self.deliver(
-            self.current,
-            CommandResult(
-                name=probe.name,
-                command=probe.command,
-                stdout=decode(stdout),
-                stderr=decode(stderr),
-                exited=None,
-                duration=now - self.began,
-                timed_out=timed_out,
-                truncated=out_cut or err_cut,
-                error=error,
-            ),
-        )
         end = self._end
-        self.current += 1
+        self._settle_current(
+            now, stdout, stderr, out_cut or err_cut, timed_out=timed_out, error=error
+        )
         if self.current < end:
             self._hand_back(self.current, spill)
