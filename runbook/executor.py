@@ -279,7 +279,7 @@ def execute(
     with _Prober(transport, max_parallel) as prober:
         walk = _Walk(
             runbook, conductor, prober, transport.description, observer or NullObserver(),
-            run_dir, collect_all=collect_all,
+            run_dir, collect_all=collect_all, named=getattr(transport, "node_name", None),
         )  # fmt: skip
         walk.preamble(node, context, resumed=resume is not None)
         while not conductor.done:
@@ -304,8 +304,11 @@ class _Walk:
         run_dir: RunDirectory | None,
         *,
         collect_all: bool,
+        named: str | None = None,
     ) -> None:
         self.runbook = runbook
+        #: the node's name as the user typed it, when the target names one (an ssh host)
+        self.named = named
         self.conductor = conductor
         self.prober = prober
         self.target = target
@@ -327,7 +330,9 @@ class _Walk:
         in one burst, then the run's first event."""
         for result in self.prober.run(PREAMBLE):
             self.all_results[result.name] = result
-        self.node = node or node_name(self.all_results, self.target)
+        # the name the user typed wins over the node's own hostname: two targets are never one
+        # node in reports, proposals and output directories (three hosts all called `vm`)
+        self.node = node or self.named or node_name(self.all_results, self.target)
         conductor = self.conductor
         conductor.vars.setdefault("node", self.node)  # templates may name the node
         self.ctx = {

@@ -38,13 +38,24 @@ def config_path(given: str | None) -> str | None:
     return given or os.environ.get("RUNBOOK_SSH_CONFIG") or None
 
 
-def recorded_config_path(given: str | None) -> str | None:
-    """The ssh config as a run or a proposal records it, to be read again later from anywhere:
-    an absolute path, `none`, or None (the default, looked for again then)."""
+def effective_config_path(given: str | None) -> str:
+    """The ssh config file a name is resolved with, as `ssh -F` takes it: an absolute path, or
+    `none` when no file applies (the default ~/.ssh/config, $HOME's, absent)."""
     path = config_path(given)
-    if path is None or path.lower() == "none":
-        return path
+    if path is not None and path.lower() == "none":
+        return "none"
+    if path is None:
+        from runbook.transports.ssh_config import DEFAULT_PATH
+
+        default = DEFAULT_PATH.expanduser()
+        return str(default.resolve()) if default.exists() else "none"
     return str(Path(path).expanduser().resolve())
+
+
+def recorded_config_path(given: str | None) -> str | None:
+    """The ssh config as a run or a proposal records it, to be read again later from anywhere
+    (another shell, another $HOME): the file the run read, absolute, or `none`."""
+    return effective_config_path(given)
 
 
 def scheme_of(target: str) -> str:
@@ -71,6 +82,7 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
         transport = LocalTransport()
     elif scheme == "ssh":
         from runbook.transports import ssh_config
+        from runbook.transports.address import typed_name
         from runbook.transports.ssh import SSHTransport
 
         address, ssh_options = ssh_config.resolve(
@@ -85,6 +97,7 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
             ),
         )
         transport = SSHTransport(address, ssh_options)
+        transport.node_name = typed_name(rest)
     elif scheme == "kubectl":
         from runbook.transports.nsenter import KubectlTransport, parse_kubectl_target
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -153,25 +152,10 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
     if scheme == "local":
         host = {"ansible_connection": "local"}
     elif scheme == "ssh":
-        from runbook.transports.address import SSHAddress
+        from runbook.remedies import reach
 
-        address = SSHAddress.parse(target.url.split("://", 1)[1])
-        args = ["-o", "StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"]
-        if target.ssh_config:  # the name may be an alias only that file resolves
-            args += ["-F", target.ssh_config]
-        if target.known_hosts:
-            args += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
-        if target.jump:
-            args += ["-J", target.jump]
-        host = {
-            "ansible_host": address.host,
-            "ansible_port": address.port,
-            "ansible_user": address.user or "root",
-            "ansible_ssh_common_args": shlex.join(args),
-            "ansible_ssh_timeout": int(target.connect_timeout),
-        }
-        if target.identities:
-            host["ansible_ssh_private_key_file"] = target.identities[0]
+        # resolved as the run resolved it, every setting handed to ssh (runbook/remedies/reach.py)
+        host = reach.ansible_host_vars(reach.resolve(target))
     elif scheme == "kubectl":
         from runbook.transports.nsenter import parse_kubectl_target
 

@@ -395,6 +395,8 @@ def sweep_host(entry: HostEntry, options: HostOptions, slot: Slot) -> HostResult
             observer=_Phase(slot),
             run_dir=run_dir,
             max_parallel=options.max_parallel,
+            # the inventory's name for the host, as its proposals and reports call it
+            node=entry.name,
         )
     except Exception as exc:
         return _result(entry, slot, HostStatus.ERROR, error=f"{type(exc).__name__}: {exc}")

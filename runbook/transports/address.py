@@ -48,6 +48,16 @@ class SSHAddress:
         return self.key_alias or self.host
 
 
+def typed_name(text: str) -> str:
+    """The node's name as `[user@]host[:port]` typed it: the host (an ssh config alias or an
+    address), with the port when one was typed (`10.0.0.5:2222`, `[fd00::5]:2222`): two
+    targets that differ only by port are two nodes, and show as two."""
+    _, host, port = split_address(text)
+    if port is None:
+        return host
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def split_address(text: str) -> tuple[str | None, str, int | None]:
     """`[user@]host[:port]` → (user or None, host, port or None): what was given, no
     defaults filled in (an ssh config may supply them)."""

@@ -43,6 +43,7 @@ class NsenterTransport:
         self.inner = inner
         self.pid = pid
         self.description = f"{inner.description} (nsenter --target {pid})"
+        self.node_name: str | None = getattr(inner, "node_name", None)
         batch_of(self, inner)
 
     def run(self, probe: Probe) -> CommandResult:

@@ -455,6 +455,9 @@ def _connect_through(
 class SSHTransport:
     """One paramiko connection to one host; `run` is safe from several threads."""
 
+    #: the node's name as the user typed it (runbook.targets sets it): what reports show
+    node_name: str | None = None
+
     def __init__(self, address: SSHAddress, options: SSHOptions | None = None) -> None:
         self.address = address
         self.options = options or SSHOptions()

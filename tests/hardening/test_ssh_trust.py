@@ -131,8 +131,9 @@ def test_no_module_forwards_an_agent_or_turns_host_key_checking_off() -> None:
             assert needle not in source, f"{path}: {needle}"
     playbook = (PACKAGE / "remedies" / "playbook.py").read_text()
     assert '"ANSIBLE_HOST_KEY_CHECKING": "True"' in playbook
-    plans = (PACKAGE / "remedies" / "plans.py").read_text()
-    assert '"StrictHostKeyChecking=yes", "-o", "ForwardAgent=no"' in plans
+    # the approved playbook's ssh: every hop verified, no agent (runbook/remedies/reach.py)
+    reach = (PACKAGE / "remedies" / "reach.py").read_text()
+    assert '"-o", "StrictHostKeyChecking=yes",\n        "-o", "ForwardAgent=no",' in reach
 
 
 # -- live ------------------------------------------------------------------------------------------

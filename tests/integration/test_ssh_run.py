@@ -75,13 +75,15 @@ def test_a_guided_run_branches_differently_on_two_hosts(
     ok = cli("run", runbook, *_ssh_args(healthy, known_hosts, client_key), "--no-input")
     assert ok.rc == 0, ok.stderr
     assert "GPU identity" in ok.stdout and "nvidia-smi -L" in ok.stdout
-    assert "→ memory" in ok.stdout and "Verdict for healthy: healthy" in ok.stdout
+    # the node is named as the target was typed (two targets never share a name)
+    named = f"{healthy.address}:{healthy.port}"
+    assert "→ memory" in ok.stdout and f"Verdict for {named}: healthy" in ok.stdout
     assert "PCIe devices" not in ok.stdout  # the hardware stage is off this branch
 
     bad = cli("run", runbook, *_ssh_args(broken, known_hosts, client_key), "--format", "json")
     assert bad.rc == 0, bad.stderr
     verdict = bad.json()
-    assert verdict["node"] == "broken"
+    assert verdict["node"] == f"{broken.address}:{broken.port}"
     assert verdict["root_cause"] == "gpu-hardware"
     statuses = {s["id"]: s["status"] for s in verdict["stages"]}
     assert statuses == {"gpu": "anomaly", "hardware": "ok", "memory": "skipped"}
@@ -229,7 +231,7 @@ def test_a_jump_host_carries_the_connection_to_the_target(
         "run", str(RUNBOOKS / "ten-commands.yaml"), *args, "--jump", jump, "--format", "json"
     )
     assert result.rc == 0, result.stderr
-    assert result.json()["node"] == "inner"
+    assert result.json()["node"] == f"{inner.address}:{inner.port}"
     time.sleep(0.2)
     log = (Path(inner.dir) / "sshd.log").read_text()
     assert f"Accepted publickey for root from {bastion.address} port" in log

@@ -76,7 +76,7 @@ def test_a_healthy_nvlink_node_passes_every_criterion(rbk: Any, h100: TestHost) 
     verdict = check(rbk, h100)
     f = facts(verdict)
     assert verdict["root_cause"] == "healthy", findings(verdict)
-    assert verdict["node"] == "rc-h100"
+    assert verdict["node"] == f"{h100.address}:{h100.port}"  # as the target was typed
     assert f["failed"] == [] and all(c["passed"] for c in f["criteria"].values()), f["criteria"]
     assert f["gpu"] == {"names": ["NVIDIA H100 80GB HBM3"] * 8, "model": "NVIDIA H100 80GB HBM3",
                         "mixed": False, "count": 8, "topology": "nvlink"}

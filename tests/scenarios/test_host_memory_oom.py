@@ -120,7 +120,8 @@ def test_the_runbook_names_host_memory_oom_as_the_root_cause_over_ssh(
 ) -> None:
     d = incident.diagnosis
     assert d.verdict["root_cause"] == "host-memory-oom", d.explain()
-    assert d.verdict["node"] == "oom-node"
+    # named as the target was typed (ssh://root@ADDR:PORT)
+    assert d.verdict["node"] == f"{incident.host.address}:{incident.host.port}"
     assert d.statuses["cgroup-memory"] == "anomaly" and d.statuses["kernel-logs"] == "anomaly"
     kinds = d.proposal_kinds
     assert "memory-limit" in kinds and "reduce-loader-memory" in kinds

@@ -251,7 +251,7 @@ def test_the_workload_kinds_plan_as_before(tmp_path: Path, manifest: Path) -> No
 
 def test_the_node_kinds_plan_as_before(tmp_path: Path) -> None:
     target = Target(url="ssh://alice@gpu1:2222", identities=("/k/id",), known_hosts="/k/kh",
-                    jump="bastion")  # fmt: skip
+                    jump="bastion", ssh_config="none")  # fmt: skip
     ab = kinds.plan_for({"kind": "nccl-ib-disable-ab", "params": {"gpus": "8"}},
                         _context(tmp_path, target=target))  # fmt: skip
     out = str(tmp_path / "work" / "ab")
@@ -259,9 +259,13 @@ def test_the_node_kinds_plan_as_before(tmp_path: Path) -> None:
         "playbook": "nccl-ib-disable-ab.yml",
         "inventory": {"all": {"hosts": {"gpu1": {
             "ansible_host": "gpu1", "ansible_port": 2222, "ansible_user": "alice",
-            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o ForwardAgent=no "
-            "-o UserKnownHostsFile=/k/kh -J bastion",
-            "ansible_ssh_timeout": 10, "ansible_ssh_private_key_file": "/k/id",
+            # every hop with the run's key and known_hosts (runbook/remedies/reach.py)
+            "ansible_ssh_common_args": "-o HostName=gpu1 -F none -o StrictHostKeyChecking=yes "
+            "-o ForwardAgent=no -o GlobalKnownHostsFile=/dev/null -o UserKnownHostsFile=/k/kh "
+            "-i /k/id -o 'ProxyCommand=ssh -F none -o StrictHostKeyChecking=yes "
+            "-o ForwardAgent=no -o GlobalKnownHostsFile=/dev/null -o UserKnownHostsFile=/k/kh "
+            "-i /k/id -o ProxyCommand=none -o BatchMode=yes -p 22 -l root -W gpu1:2222 bastion'",
+            "ansible_ssh_timeout": 10,
             "ansible_python_interpreter": "/usr/bin/python3",
         }}}},
         "extravars": {"nccl_ab_test_gpus": 8, "nccl_ab_test_output_dir": out},
