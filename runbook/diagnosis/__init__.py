@@ -249,14 +249,28 @@ def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> 
     return proposal
 
 
+def _read_cleanly(record: StageRecord) -> bool:
+    """The stage read its evidence and found nothing wrong in it: ok, or an anomaly whose
+    every finding is context (a neighbour's OOM on a node running no job, a stale label),
+    which a healthy verdict lists under also_seen."""
+    if record.status is StageStatus.OK:
+        return True
+    return (
+        record.status is StageStatus.ANOMALY
+        and not record.errors
+        and all(finding_role(f) in ("context", "benign") for f in record.findings)
+    )
+
+
 def _read_something(walked: list[StageRecord], runbook: Runbook) -> bool:
     """Evidence was read that a healthy verdict can stand on: something was ruled out, or a
-    collective test passed (a parser's `all_passed: true`). A runbook that rules nothing out
-    anywhere (a plain collection) stands on every stage having read its files."""
+    collective test passed (a parser's `all_passed: true`), in a stage that read cleanly. A
+    runbook that rules nothing out anywhere (a plain collection) stands on every stage having
+    read its files."""
     if not any(rule.rule_out for stage in runbook.stages for rule in stage.decide):
         return bool(walked) and all(r.status is StageStatus.OK for r in walked)
     return any(
-        r.status is StageStatus.OK
+        _read_cleanly(r)
         and (
             r.ruled_out
             or any(isinstance(f, Mapping) and f.get("all_passed") is True for f in r.facts.values())

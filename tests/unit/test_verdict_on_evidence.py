@@ -4,6 +4,7 @@ pod, healthy against inconclusive, parser failures that stay visible."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,42 @@ def test_an_unattributed_oom_alone_is_low_confidence(tmp_path: Path) -> None:
         log.write_text("training step 1\n")
     v = analyze(bundle)
     assert (v["root_cause"], v["confidence"]) == ("host-memory-oom", "low")
+
+
+def node_without_job(tmp_path: Path) -> Path:
+    """The node of oom-other-cgroup as a sweep or a node check sees it: no pod named, no
+    cgroup given, no application or NCCL log; its kernel log and containerd's journal still
+    hold another pod's OOM kill."""
+    bundle = copy_without(tmp_path, "oom-other-cgroup", "pod.json")
+    for tree in ("app", "cgroup"):
+        shutil.rmtree(bundle / tree)
+    (bundle / "bundle.yaml").write_text(
+        "format: 1\nnode: gpu-node-12\ncollected_at: '2026-02-10T14:00:00+00:00'\n"
+    )
+    return bundle
+
+
+def test_a_memcg_oom_on_a_node_running_no_job_is_also_seen_and_the_node_healthy(
+    tmp_path: Path,
+) -> None:
+    v = analyze(node_without_job(tmp_path))
+    assert (v["root_cause"], v["first_anomaly"]) == ("healthy", None), v["also_seen"]
+    also = "\n".join(a["finding"] for a in v["also_seen"])
+    assert "memcg OOM killed stress-ng" in also and "no job is under diagnosis" in also
+    assert "containerd/kubelet recorded 1 OOM event(s) of containers on this node" in also
+    assert not [a for a in v["also_seen"] if a.get("cause") == "host-memory-oom"]
+    assert v["chain"] == []
+    kinds = {p["kind"] for p in v["proposals"]}
+    assert not kinds & {"memory-limit", "reduce-loader-memory", "node-drain"}, kinds
+
+
+def test_naming_the_job_on_that_node_keeps_the_low_confidence_attribution(
+    tmp_path: Path,
+) -> None:
+    # the same evidence with a job named whose cgroup is unknown: an OOM nothing ties to it
+    # is still the only cause on offer, blamed weakly, as before
+    v = analyze(node_without_job(tmp_path), "--var", "pod=llm-sft-worker-0")
+    assert (v["root_cause"], v["confidence"]) == ("host-memory-oom", "low"), v["chain"]
 
 
 @pytest.mark.parametrize("unrelated", ["lspci.txt", "journal-containerd.txt", "meminfo.txt"])
