@@ -89,6 +89,9 @@ class Plan:
     guard: dict[str, Any] = field(default_factory=dict)
     #: files the plan was computed from, with their sha256: changed since → the plan is stale
     sources: dict[str, str] = field(default_factory=dict)
+    #: where the playbook runs, said for the approver: `gpu-node-01 = root@10.0.0.5:24510
+    #: via root@10.0.0.9:22`, or this machine (runs_on_node, runs_here)
+    runs_on: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +102,7 @@ class Plan:
             "limit": self.limit,
             "guard": self.guard,
             "sources": self.sources,
+            "runs_on": self.runs_on,
         }
 
     @classmethod
@@ -111,6 +115,7 @@ class Plan:
             limit=data.get("limit"),
             guard=dict(data.get("guard") or {}),
             sources=dict(data.get("sources") or {}),
+            runs_on=str(data.get("runs_on") or ""),
         )
 
 
@@ -142,6 +147,43 @@ def localhost_inventory() -> dict[str, Any]:
             }
         }
     }
+
+
+#: what a plan on localhost_inventory() says of where it runs
+RUNS_HERE = "this machine (localhost): the change goes through kubectl or the manifest file"
+
+
+def runs_on_node(name: str, target: Target) -> str:
+    """Where node_inventory(name, target) runs, for the approver: the node's name and the
+    address it resolves to (user@host:port, the jump hosts)."""
+    scheme = target.scheme
+    if scheme == "ssh":
+        from runbook.remedies import reach
+
+        return reach.resolve(target).describe()
+    if scheme == "local":
+        return f"{name} = this machine (local)"
+    if scheme == "kubectl":
+        context = f", context {target.kube_context}" if target.kube_context else ""
+        return f"{name} = {target.url} (kubectl exec{context})"
+    return f"{name} = {target.url}"
+
+
+def inventory_hosts(inventory: Mapping[str, Any]) -> str:
+    """Where an inventory's hosts are, said plainly (for a plan stored before runs_on)."""
+    hosts = ((inventory.get("all") or {}).get("hosts") or {}) if inventory else {}
+    said = []
+    for name, hostvars in hosts.items():
+        hostvars = hostvars or {}
+        if hostvars.get("ansible_connection") == "local":
+            said.append(f"{name} = this machine (local)")
+        elif hostvars.get("ansible_connection") == "kubernetes.core.kubectl":
+            said.append(f"{name} = kubectl://{hostvars.get('ansible_kubectl_namespace')}/"
+                        f"{hostvars.get('ansible_kubectl_pod')}")
+        else:
+            said.append(f"{name} = {hostvars.get('ansible_user', '?')}@"
+                        f"{hostvars.get('ansible_host', name)}:{hostvars.get('ansible_port', 22)}")
+    return "; ".join(said) or "no host"
 
 
 def node_inventory(name: str, target: Target) -> dict[str, Any]:

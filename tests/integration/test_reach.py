@@ -166,3 +166,32 @@ def test_the_approver_reads_where_it_will_run(field_node) -> None:  # type: igno
         f"gpu-node-01 = root@{node.address}:{NODE_PORT} via root@{bastion.address}:22"
     )
 
+
+
+def test_approvals_show_names_the_node_its_address_and_the_inventory(
+    field_node, cli, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    """A/B proposal queued from a verdict for `ssh://gpu-node-01`: `approvals show` says where
+    it runs before anyone approves it (the prompt shows the same line)."""
+    from runbook import config as config_mod
+    from runbook.remedies.approval import Desk
+    from runbook.session import analyze
+    from tests.tools import bundles
+
+    verdict = analyze(bundles.path("rdma-misconfigured-multinode"), "nccl-init-failure", {}).verdict
+    db = tmp_path / "approvals.db"
+    with Desk(config_mod.load(None, db=str(db))) as desk:
+        queued = desk.queue_verdict(
+            verdict, node="gpu-node-01", target=TargetSpec(url="ssh://gpu-node-01").record(),
+            runbook_id="nccl-init-failure", variables={}, run_dir=None,
+        )  # fmt: skip
+    [ab] = [q.proposal for q in queued if q.proposal.kind == "nccl-ib-disable-ab"]
+    shown = cli("approvals", "show", ab.id, "--db", str(db),
+                extra_env={"HOME": str(field_node["home"])})  # fmt: skip
+    assert shown.rc == 0, shown.stderr
+    node, bastion = field_node["node"], field_node["bastion"]
+    assert (
+        f"runs on: gpu-node-01 = root@{node.address}:{NODE_PORT} via root@{bastion.address}:22"
+        in shown.stdout
+    )
+    assert "inventory:" in shown.stdout and f"ansible_port = {NODE_PORT}" in shown.stdout

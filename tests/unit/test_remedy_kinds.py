@@ -275,6 +275,8 @@ def test_the_node_kinds_plan_as_before(tmp_path: Path) -> None:
             f"outputs under {out}",
         ],
         "limit": None, "guard": {}, "sources": {},
+        # what the approver reads: the typed name, the address, the jump host
+        "runs_on": "gpu1:2222 = alice@gpu1:2222 via root@bastion:22",
     }  # fmt: skip
     with pytest.raises(PlanError, match="no target to run the A/B test on"):
         kinds.plan_for({"kind": "nccl-ib-disable-ab", "params": {"gpus": "8"}}, _context(tmp_path))
@@ -302,7 +304,9 @@ def test_only_the_ab_test_reads_something_after_its_run(tmp_path: Path) -> None:
                           _context(tmp_path, target=Target(url="local://")))  # fmt: skip
     plan = dataclasses.replace(plan, extravars={"nccl_ab_test_output_dir": str(out)})
     found = kinds.after_apply("nccl-ib-disable-ab", plan)
-    assert list(found) == ["comparison"] and list(found["comparison"]) == ["gpu1"]
+    assert list(found["comparison"]) == ["gpu1"]
+    # a host whose directory holds no output measured nothing, and the result says so
+    assert found["not_run"] == "could not measure: no output came back from gpu1"
     for kind in kinds.KINDS:
         if kind.name != "nccl-ib-disable-ab":
             assert kind.after_apply(plan) == {}

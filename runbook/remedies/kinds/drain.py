@@ -39,6 +39,7 @@ class NodeDrain(KindDefaults):
         return Plan(
             playbook=plans.playbook_named(proposal, "node-drain.yml"),
             inventory=plans.localhost_inventory(),
+            runs_on=plans.RUNS_HERE,
             extravars=_extravars(node, ctx),
             describe=(
                 f"cordon {node} and evict its pods (PodDisruptionBudgets respected, "

@@ -32,6 +32,7 @@ class MemoryLimit(KindDefaults):
         return Plan(
             playbook=plans.playbook_named(proposal, "memory-limit.yml"),
             inventory=plans.localhost_inventory(),
+            runs_on=plans.RUNS_HERE,
             extravars=plans.workload_vars(ctx, path, patch),
             sources=plans.manifest_sources(ctx, path),
             describe=(*patch.summary, *result.describe()),

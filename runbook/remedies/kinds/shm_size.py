@@ -29,6 +29,7 @@ class ShmSizeLimit(KindDefaults):
         return Plan(
             playbook=plans.playbook_named(proposal, "shm-size-limit.yml"),
             inventory=plans.localhost_inventory(),
+            runs_on=plans.RUNS_HERE,
             extravars=plans.workload_vars(ctx, path, patch),
             sources=plans.manifest_sources(ctx, path),
             describe=(*patch.summary, f"size = measured {int(measured)} B × {headroom}"),
