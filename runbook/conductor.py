@@ -20,7 +20,7 @@ from typing import Any
 
 from runbook import templating
 from runbook.errors import StateError, TemplateError
-from runbook.spec.models import END, Runbook, Stage
+from runbook.spec.models import END, Rule, Runbook, Stage
 from runbook.transports.base import CommandResult, Probe
 
 #: a command template that reads what the walk found so far (an earlier stage's facts, this
@@ -298,13 +298,15 @@ class Conductor:
                 label += f" ({rule.when})"
             chain_matched = True
             if rule.finding is not None:
-                record.findings.append(self._finding(stage_id, index, rule, ctx, record))
+                record.findings.append(self._finding(stage, index, rule, ctx, record))
             for out in rule.rule_out:
-                try:
-                    because = templating.render_text(out.because, ctx)
-                except TemplateError as exc:
-                    record.errors.append(f"{label}: {exc.one_line()}")
-                    because = out.because
+                because, problem = templating.render_message(out.because, ctx)
+                if because is None:
+                    record.errors.append(f"rule {index + 1} rule-out reason: {problem}")
+                    because = (
+                        f"the {stage.title} stage's evidence rules it out (details unavailable: "
+                        f"{problem})"
+                    )
                 record.ruled_out.append({"cause": out.cause, "because": because})
             record.proposals.extend(p for p in rule.propose if p not in record.proposals)
             if rule.conclude is not None:
@@ -331,20 +333,22 @@ class Conductor:
         return record
 
     def _finding(
-        self, stage_id: str, index: int, rule: Any, ctx: dict[str, Any], record: StageRecord
+        self, stage: Stage, index: int, rule: Rule, ctx: dict[str, Any], record: StageRecord
     ) -> RuleFinding:
-        try:
-            text = templating.render_text(rule.finding, ctx)
-        except TemplateError as exc:
-            record.errors.append(f"rule {index + 1} finding: {exc.one_line()}")
-            text = rule.finding
+        """The rule's finding rendered from the facts; when it cannot be, a plain sentence of
+        the stage and the cause, and what was missing (never the template's text)."""
+        text, problem = templating.render_message(rule.finding or "", ctx)
+        if text is None:
+            record.errors.append(f"rule {index + 1} finding: {problem}")
+            what = f"evidence of {rule.cause}" if rule.cause else "an anomaly"
+            text = f"{stage.title}: {what} (details unavailable: {problem})"
         evidence: list[dict[str, Any]] = []
         if rule.evidence:
             try:
                 evidence = _evidence_items(templating.evaluate(rule.evidence, ctx))
             except TemplateError as exc:
                 record.errors.append(f"rule {index + 1} evidence: {exc.one_line()}")
-        return RuleFinding(stage_id, text.strip(), rule.cause, evidence, index, rule.role)
+        return RuleFinding(stage.id, text.strip(), rule.cause, evidence, index, rule.role)
 
     def _advance(self, stage_id: str, route: str | None) -> None:
         if route == END:

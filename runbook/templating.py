@@ -7,7 +7,11 @@ Three uses, three environments over one hardened sandbox:
   holding `$(touch /tmp/x); rm -rf /` is passed as that literal string. Filters that build shell
   text on purpose (`shjoin`) return `ShellSafe`, which `finalize` leaves alone; no value from a
   variable, an inventory or evidence can become `ShellSafe`.
-* **text** (`render_text`): findings and summaries for humans; no quoting, still sandboxed.
+* **text** (`render_text`, `render_message`): findings, reasons and summaries for humans; no
+  quoting, still sandboxed. A missing fact renders as nothing (MissingFact: empty, iterates
+  empty, falsy), so a node that lacks some evidence (no node.json on an SSH node) still gets
+  its message; `render_message` never returns template text: if a message still cannot be
+  rendered, the caller gets a plain sentence of what was missing (`unavailable`) instead.
 * **expressions** (`evaluate`): Ansible-style `when:` conditions over `facts` and `vars`;
   a missing fact is undefined, falsy and false in comparisons (MissingFact), so
   `facts.x.y > 0` on a stage that collected nothing is False rather than a crash; other
@@ -26,11 +30,14 @@ a `{% for %}` template; runbooks are code and are reviewed as such.)
 
 from __future__ import annotations
 
+import difflib
 import functools
+import hashlib
 import re
 import shlex
 import string
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NoReturn
 
@@ -47,13 +54,19 @@ from runbook import template_cache
 from runbook.errors import TemplateError
 
 __all__ = [
+    "CONTEXT_NAMES",
+    "Names",
     "ShellSafe",
     "check_expression",
     "check_template",
     "evaluate",
+    "missing_facts",
+    "prepare",
     "render_command",
+    "render_message",
     "render_text",
     "shell_quote",
+    "unavailable",
 ]
 
 
@@ -90,8 +103,11 @@ def _regex_findall(value: Any, pattern: str) -> list[Any]:
     return re.findall(pattern, str(value), re.MULTILINE)
 
 
-def _human_bytes(value: Any, precision: int = 1) -> str:
-    """1.5 GiB style (binary units, as the kernel and kubectl use)."""
+def _human_bytes(value: Any, precision: int = 1) -> Any:
+    """1.5 GiB style (binary units, as the kernel and kubectl use); a missing fact stays
+    missing (renders as nothing)."""
+    if isinstance(value, jinja2.Undefined):
+        return value
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -103,8 +119,17 @@ def _human_bytes(value: Any, precision: int = 1) -> str:
     raise AssertionError("unreachable")
 
 
-def _gib(value: Any) -> float:
+def _gib(value: Any) -> Any:
+    if isinstance(value, jinja2.Undefined):
+        return value
     return float(value) / 1024**3
+
+
+def _dictsort(value: Any, *args: Any, **kwargs: Any) -> Any:
+    """Jinja's `dictsort`; a missing mapping sorts to no items."""
+    if isinstance(value, jinja2.Undefined):
+        return []
+    return FILTERS["dictsort"](value, *args, **kwargs)
 
 
 def _test_search(value: Any, pattern: str) -> bool:
@@ -309,19 +334,17 @@ def _make_env(**kwargs: Any) -> ImmutableSandboxedEnvironment:
         regex_findall=_regex_findall,
         human_bytes=_human_bytes,
         gib=_gib,
+        dictsort=_dictsort,
     )
     env.tests.update(search=_test_search, match=_test_match)
     return env
 
 
-_COMMAND_ENV = _make_env(undefined=StrictUndefined, finalize=shell_quote)
-_TEXT_ENV = _make_env(undefined=StrictUndefined)
-
-
 class MissingFact(ChainableUndefined):
-    """Undefined in conditions: chainable (`facts.a.b.c`), falsy, and false in every ordering
-    comparison, so `facts.cgroup.oom_kills > 0` on a stage that collected nothing is simply
-    False instead of a TypeError."""
+    """A fact the node did not give: chainable (`facts.a.b.c`), falsy, empty when rendered or
+    iterated, and false in every ordering comparison, so `facts.cgroup.oom_kills > 0` on a
+    stage that collected nothing is simply False instead of a TypeError, and a message that
+    names it says nothing there instead of failing."""
 
     __slots__ = ()
 
@@ -336,6 +359,12 @@ class MissingFact(ChainableUndefined):
 
     def __ge__(self, other: Any) -> bool:  # type: ignore[override]
         return False
+
+
+#: a command must not run with a word missing: an undefined value there is an error
+_COMMAND_ENV = _make_env(undefined=StrictUndefined, finalize=shell_quote)
+#: a message for a person says what the facts hold, and nothing of what they lack
+_TEXT_ENV = _make_env(undefined=MissingFact)
 
 
 _EXPR_ENV = _make_env(undefined=MissingFact)
@@ -403,11 +432,30 @@ def _expression(source: str) -> Callable[..., Any]:
     return TemplateExpression(template, undefined_to_none=False)
 
 
+_JINJA_UNDEFINED = (
+    (re.compile(r"'(?P<name>[^']+)' is undefined"), "no value for {name!r}"),
+    (re.compile(r"'?[\w ]+?'? has no attribute '(?P<name>[^']+)'"), "no {name!r} in the facts"),
+    (re.compile(r"'?[\w ]+?'? has no element (?P<name>\S+)"), "no item {name} in the list"),
+    (re.compile(r"No first item, sequence was empty"), "an empty list has no first item"),
+    (re.compile(r"No last item, sequence was empty"), "an empty list has no last item"),
+)
+
+
+def _plain_missing(message: str | None) -> str:
+    """Jinja's sentence for a missing value said without its vocabulary (no "undefined")."""
+    text = message or ""
+    for pattern, said in _JINJA_UNDEFINED:
+        match = pattern.search(text)
+        if match:
+            return said.format(**match.groupdict())
+    return re.sub(r"(?i)\bundefined\b", "missing", text) or "a value is missing"
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, jinja2.TemplateSyntaxError):
         return f"syntax error: {exc.message}"
     if isinstance(exc, jinja2.UndefinedError):
-        return f"undefined: {exc.message}"
+        return f"missing value: {_plain_missing(exc.message)}"
     if isinstance(exc, SecurityError):
         return f"refused by the sandbox: {exc}"
     return f"{type(exc).__name__}: {exc}"
@@ -422,10 +470,131 @@ def render_command(source: str, variables: Mapping[str, Any]) -> str:
 
 
 def render_text(source: str, variables: Mapping[str, Any]) -> str:
+    """Render a text template (a missing fact renders as nothing); TemplateError, naming the
+    template, when it still cannot be rendered. Messages for a person go through
+    `render_message`, which never names the template."""
     try:
         return _text_template(source).render(variables)
     except Exception as exc:
         raise TemplateError(f"text template {source!r}: {_describe(exc)}") from exc
+
+
+def render_message(source: str, variables: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """A message for a person (a finding, a rule-out's reason, a remedy's summary or param)
+    rendered from `variables`: `(text, None)`. A fact the node did not give renders as nothing;
+    when the message still cannot be rendered (a fact of another type than the template
+    expects, a refusal of the sandbox), `(None, problem)`: `problem` says in plain words what
+    was missing (`unavailable`), for the caller to build its sentence and record its error
+    from. Never raises, and never returns template text."""
+    try:
+        return _text_template(source).render(variables), None
+    except Exception as exc:  # whatever Jinja raised, the caller gets a sentence
+        return None, unavailable(source, variables, exc)
+
+
+def unavailable(source: str, variables: Mapping[str, Any], exc: Exception) -> str:
+    """Why `source` could not be rendered from `variables`, said plainly: the facts it reads
+    that are not there (`kube.node was not collected`), else what went wrong, without the
+    template's text."""
+    missing = missing_facts(source, variables)
+    if missing:
+        listed = ", ".join(missing[:-1]) + (" and " if len(missing) > 1 else "") + missing[-1]
+        return f"{listed} {'was' if len(missing) == 1 else 'were'} not collected"
+    if isinstance(exc, jinja2.UndefinedError):
+        return f"the facts collected lack a value it needs ({_plain_missing(exc.message)})"
+    if isinstance(exc, SecurityError):
+        return f"refused by the sandbox: {exc}"
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return f"it does not compile ({exc.message})"
+    return f"the facts collected do not fit it ({type(exc).__name__}: {exc})"
+
+
+def _key(node: nodes.Node) -> str | None:
+    """The constant name `node` reads (`x.name`, `x['name']`, `x[0]`), or None."""
+    if isinstance(node, nodes.Getattr):
+        return node.attr
+    if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        value = node.arg.value
+        if isinstance(value, str | int) and not isinstance(value, bool):
+            return str(value)
+    return None
+
+
+def _chain(node: nodes.Node) -> list[str] | None:
+    """`facts.kube.node['x']` as ['facts', 'kube', 'node', 'x']; None for what is not a chain
+    of constant names from a variable."""
+    parts: list[str] = []
+    while isinstance(node, nodes.Getattr | nodes.Getitem):
+        key = _key(node)
+        if key is None:
+            return None
+        parts.append(key)
+        node = node.node
+    if not isinstance(node, nodes.Name) or not parts:
+        return None
+    return [node.name, *reversed(parts)]
+
+
+@lru_cache(maxsize=256)
+def _chains(source: str) -> tuple[tuple[str, ...], ...]:
+    try:
+        tree = _TEXT_ENV.parse(source)
+    except jinja2.TemplateSyntaxError:
+        return ()
+    found = (_chain(n) for n in tree.find_all((nodes.Getattr, nodes.Getitem)))
+    return tuple(tuple(c) for c in found if c is not None)
+
+
+def _absent_prefix(chain: tuple[str, ...], variables: Mapping[str, Any]) -> str | None:
+    """The shortest part of `chain` that `variables` do not hold, dotted; None when all of it
+    is there (or it reads something other than data: a method, a local name)."""
+    if chain[0] not in variables:
+        return None  # a name the template set itself
+    value: Any = variables[chain[0]]
+    for depth, part in enumerate(chain[1:], start=2):
+        if isinstance(value, Mapping):
+            if part in value:
+                value = value[part]
+                continue
+            if hasattr(value, part):
+                return None  # a method (`.items()`)
+        elif isinstance(value, list | tuple) and part.lstrip("-").isdigit():
+            if -len(value) <= int(part) < len(value):
+                value = value[int(part)]
+                continue
+        else:
+            return None
+        shown = chain[1:depth] if chain[0] == "facts" else chain[:depth]
+        return ".".join(shown)
+    return None
+
+
+def missing_facts(source: str, variables: Mapping[str, Any]) -> list[str]:
+    """The facts `source` reads that `variables` lack, each as the shortest dotted path that is
+    absent (`kube.node`, `nccl_log.warns.0`), in order of first mention."""
+    found: list[str] = []
+    for chain in _chains(source):
+        absent = _absent_prefix(chain, variables)
+        if absent is not None and absent not in found:
+            found.append(absent)
+    return found
+
+
+_COMPILERS: dict[str, Callable[[str], Any]] = {
+    "command": _command_template,
+    "text": _text_template,
+    "expr": _expression,
+}
+
+
+def prepare(kind: str, source: str) -> None:
+    """Compile a `command`, `text` or `expr` source and keep it compiled, rendering nothing (a
+    sweep does this for every template once, before its hosts start); TemplateError if it
+    does not compile."""
+    try:
+        _COMPILERS[kind](source)
+    except Exception as exc:
+        raise TemplateError(f"{kind} {source!r}: {_describe(exc)}") from exc
 
 
 def evaluate(source: str, variables: Mapping[str, Any]) -> Any:
@@ -452,39 +621,113 @@ def _unknown_names(tree: nodes.Node) -> str | None:
     return f"syntax error: {reserved}" if reserved else None
 
 
+#: names every template may use whatever the runbook declares: what the walk gives
+#: (runbook.conductor.Conductor.context), and Jinja's loop variable
+CONTEXT_NAMES = frozenset({"facts", "vars", "results", "node", "loop"})
+
+
+@dataclass(frozen=True)
+class Names:
+    """What a runbook's templates and expressions may read, checked when it loads: a derived
+    fact (`facts.derived.<name>`) no stage derives is an error (missing on every node). With
+    `strict`, so are a name that is not one of its variables (nor CONTEXT_NAMES) and the facts
+    of a parser none of its stages runs (`facts.<parser>`): the shipped runbooks are held to
+    that; a runbook of one's own may read a variable only `--var` gives."""
+
+    variables: frozenset[str]
+    facts: frozenset[str]
+    derived: frozenset[str]
+    strict: bool = False
+
+    @functools.cached_property
+    def mark(self) -> str:
+        """A short digest of the names: the template cache remembers a check with them."""
+        parts = [*sorted(self.variables), "|", *sorted(self.facts), "|", *sorted(self.derived)]
+        text = "\n".join([*parts, "|", str(self.strict)])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _close(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _unknown_references(tree: nodes.Node, names: Names) -> str | None:
+    """The first derived fact `tree` reads that no stage derives (with `names.strict`, also a
+    name or a parser's facts the runbook does not give): each would be missing on every node,
+    a mistake to report at load, not a message that silently says nothing."""
+    everything = (tree, *tree.find_all((nodes.Name, nodes.Getattr, nodes.Getitem)))
+    assigned = {n.name for n in everything if isinstance(n, nodes.Name) and n.ctx != "load"}
+    known = names.variables | CONTEXT_NAMES | assigned | set(_TEXT_ENV.globals)
+    for node in everything:
+        if isinstance(node, nodes.Name):
+            if names.strict and node.ctx == "load" and node.name not in known:
+                return (
+                    f"unknown name {node.name!r}: not a variable of the runbook (declare it "
+                    "under vars:) nor facts, vars or results" + _close(node.name, known)
+                )
+            continue
+        chain = _chain(node)
+        if chain is None or chain[0] != "facts" or "facts" in assigned or len(chain) < 2:
+            continue
+        if chain[1] == "derived":
+            if len(chain) >= 3 and chain[2] not in names.derived:
+                return f"facts.derived.{chain[2]}: no stage derives it" + _close(
+                    chain[2], names.derived
+                )
+        elif names.strict and chain[1] not in names.facts:
+            return f"facts.{chain[1]}: no stage of the runbook parses {chain[1]!r}" + _close(
+                chain[1], names.facts
+            )
+    return None
+
+
+def _check_mark(kind: str, names: Names | None) -> str:
+    return kind if names is None else f"{kind} {names.mark}"
+
+
 @lru_cache(maxsize=4096)
-def check_template(source: str) -> str | None:
-    """The problem in a template (syntax, or an unknown filter or test), or None."""
+def check_template(source: str, names: Names | None = None) -> str | None:
+    """The problem in a template (syntax, an unknown filter or test; with `names`, a name,
+    parser's facts or derived fact the runbook does not give), or None."""
     cache = template_cache.get()
-    if cache is not None and (cache.checked("text", source) or cache.has("command", source)):
+    mark = _check_mark("text", names)
+    if cache is not None and (
+        cache.checked(mark, source) or (names is None and cache.has("command", source))
+    ):
         return None  # passed in an earlier run
     try:
         tree = _TEXT_ENV.parse(source)
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
     problem = _unknown_names(tree)
+    if problem is None and names is not None:
+        problem = _unknown_references(tree, names)
     if problem is None:
         _keep_tree("text", source, tree)
         if cache is not None:
-            cache.mark_checked("text", source)
+            cache.mark_checked(mark, source)
     return problem
 
 
 @lru_cache(maxsize=4096)
-def check_expression(source: str) -> str | None:
-    """The problem in an expression (syntax, or an unknown filter or test), or None."""
+def check_expression(source: str, names: Names | None = None) -> str | None:
+    """The problem in an expression (as check_template), or None."""
     cache = template_cache.get()
-    if cache is not None and cache.checked("expr", source):
+    mark = _check_mark("expr", names)
+    if cache is not None and cache.checked(mark, source):
         return None  # passed in an earlier run
     try:
         tree = _parse_expression(source)
     except jinja2.TemplateSyntaxError as exc:
         return _describe(exc)
     problem = _unknown_names(tree)
+    if problem is None and names is not None:
+        problem = _unknown_references(tree, names)
     if problem is None:
         _keep_tree("expr", source, tree)
         if cache is not None:
-            cache.mark_checked("expr", source)
+            cache.mark_checked(mark, source)
     return problem
 
 

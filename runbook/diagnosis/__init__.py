@@ -222,14 +222,16 @@ def _proposal(conductor: Conductor, remedy_id: str, context: dict[str, Any]) -> 
     params: dict[str, Any] = {}
     errors = []
     for key, template in remedy.params.items():
-        try:
-            params[key] = templating.render_text(template, context)
-        except TemplateError as exc:
-            errors.append(f"{key}: {exc.one_line()}")
-    try:
-        summary = templating.render_text(remedy.summary or remedy.title, context)
-    except TemplateError as exc:
-        summary, errors = remedy.title, [*errors, exc.one_line()]
+        value, problem = templating.render_message(template, context)
+        if value is None:
+            errors.append(f"param {key}: {problem}")
+        else:
+            params[key] = value
+    summary, problem = templating.render_message(remedy.summary or remedy.title, context)
+    if summary is None:
+        # the title is a plain sentence of its own
+        summary = f"{remedy.title} (details unavailable: {problem})"
+        errors.append(f"summary: {problem}")
     digest = hashlib.sha256(
         json.dumps([remedy.id, params], sort_keys=True, default=str).encode()
     ).hexdigest()[:10]

@@ -26,7 +26,7 @@ from runbook.remedies import kinds
 from runbook.signatures import ROLES
 from runbook.spec.models import END, ROOT_CAUSES, Rule, Runbook, Stage
 
-__all__ = ["Issue", "check", "index_path", "key_path", "suggest"]
+__all__ = ["Issue", "check", "index_path", "key_path", "names_of", "suggest"]
 
 Kind = Literal["syntax", "semantics", "expression"]
 Severity = Literal["error", "warning"]
@@ -98,6 +98,17 @@ def check(runbook: Runbook, lines: Mapping[str, int], file: str = "<string>") ->
     return _Checker(runbook, lines, file).run()
 
 
+def names_of(runbook: Runbook, *, strict: bool = False) -> templating.Names:
+    """What `runbook`'s templates and expressions may read (templating.Names): its variables,
+    the facts of the parsers its stages run, the facts its stages derive."""
+    return templating.Names(
+        variables=frozenset(runbook.vars),
+        facts=frozenset(name for stage in runbook.stages for name in stage.parse if name),
+        derived=frozenset(d.name for stage in runbook.stages for d in stage.derive if d.name),
+        strict=strict,
+    )
+
+
 class _Checker:
     def __init__(self, runbook: Runbook, lines: Mapping[str, int], file: str) -> None:
         self.runbook = runbook
@@ -111,6 +122,9 @@ class _Checker:
                 self.index.setdefault(stage_id, position)
         self.remedy_ids = {r.id for r in runbook.remedies if r.id}
         self.proposed: set[str] = set()
+        #: what its templates may read: a derived fact outside these would be missing on
+        #: every node (templating.Names)
+        self.names = names_of(runbook)
 
     # -- reporting --------------------------------------------------------------------------
 
@@ -134,13 +148,13 @@ class _Checker:
 
     def expression(self, path: str, source: str | None) -> None:
         if source is not None:
-            problem = templating.check_expression(source)
+            problem = templating.check_expression(source, self.names)
             if problem:
                 self.report("expression", path, f"expression does not compile: {problem}")
 
     def template(self, path: str, source: str | None) -> None:
         if source is not None:
-            problem = templating.check_template(source)
+            problem = templating.check_template(source, self.names)
             if problem:
                 self.report("expression", path, f"template does not compile: {problem}")
 

@@ -189,16 +189,12 @@ def warm_templates(runbook: Runbook) -> int:
             texts += [out.because for out in rule.rule_out]
     for remedy in runbook.remedies:
         texts += [remedy.summary, *remedy.params.values()]
-    for group, compile_one in (
-        (expressions, templating.evaluate),
-        (texts, templating.render_text),
-        (commands, templating.render_command),
-    ):
+    for group, kind in ((expressions, "expr"), (texts, "text"), (commands, "command")):
         for source in group:
             try:
-                compile_one(source, {})
+                templating.prepare(kind, source)
             except TemplateError:
-                pass  # compiled (and cached) before it failed for want of facts
+                pass  # its walk reports it
     return len(expressions) + len(texts) + len(commands)
 
 
