@@ -97,7 +97,7 @@ def demo(run_dir: str | None, no_input: bool) -> None:
         f"  runbook approvals show ID --db {db}\n"
         f"  cat {shlex.quote(str(manifest))}   # the demo's manifest (a fix approved here "
         "patched it)\n"
-        "  runbook run nccl-init-failure --target ssh://root@NODE --var pod=POD --var namespace=NS"
+        "  runbook run nccl-init-failure --target ssh://root@NODE --pod POD --namespace NS"
         "   # a real node",
         soft_wrap=True,
     )

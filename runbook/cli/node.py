@@ -12,9 +12,12 @@ from typing import Any
 import click
 
 from runbook.cli.options import (
+    JOB_CONTEXT_VARS,
     JOB_KEYS,
+    apply_job_context,
     complete_runbook,
     format_option,
+    job_context_options,
     job_options,
     load_config,
     parse_vars,
@@ -52,6 +55,7 @@ from runbook.output import count, output_console, verbosity
 @format_option("text", "json", default="text")
 @click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
+@job_context_options
 @textfile_dir_option
 @job_options
 @target_options
@@ -83,8 +87,11 @@ def run(
     it ran on, read-only and at once — merged into one job verdict on one clock-corrected
     time axis.
 
+    --pod, --namespace and --cgroup name the failed job on the node, as with `collect`
+    (the same as --var pod=…, --var namespace=…, --var cgroup_dir=…).
+
     \b
-    runbook run nccl-init-failure --target ssh://root@gpu-node-07 --var pod=trainer-0
+    runbook run nccl-init-failure --target ssh://root@gpu-node-07 --pod trainer-0 -n ml
     runbook run nccl-init-failure --job pytorchjob/ml/llama-ft
     runbook run nccl-init-failure --job slurm:48211 --slurm-via ssh://login-1 --inventory inv/
     runbook run nccl-init-failure --hosts-from-file job-hosts.txt"""
@@ -95,16 +102,22 @@ def run(
     from runbook.session import RunOptions, TargetSpec, start_run
 
     job_kw = {key: kw.pop(key) for key in JOB_KEYS}
+    context = {flag: kw.pop(flag) for flag, _ in JOB_CONTEXT_VARS}
     if job_kw["job"] or job_kw["hosts_from_file"]:
         if target:
             raise UsageError("give --target for one node, or --job/--hosts-from-file for a job")
+        if any(value is not None for value in context.values()):
+            raise UsageError(
+                "--pod, --namespace and --cgroup name one node's job: with --job, each node's "
+                "pod comes from the job (per node in --hosts-from-file: pod=NAME)"
+            )
         run_job_command(ctx, runbook_ref, var_items, run_dir, fmt, db, job_kw, kw)
         return
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
     spec = TargetSpec.from_flags(target, kw)
     spec.check_scheme()  # an unknown scheme is a usage error before anything starts
-    variables = parse_vars(var_items)
+    variables = apply_job_context(parse_vars(var_items), context)
     cfg = load_config(ctx, db=db)
     node_run = start_run(
         runbook_ref,
@@ -169,11 +182,7 @@ def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...])
     show_default=True,
     help="Whose stages say what to collect.",
 )
-@click.option("--pod", help="Pod of the failed job (sets var pod).")
-@click.option("--namespace", "-n", help="Its namespace (sets var namespace).")
-@click.option(
-    "--cgroup", "cgroup_dir", help="The pod's memory cgroup directory (sets var cgroup_dir)."
-)
+@job_context_options
 @var_option()
 @format_option("text", "json", default="text")
 @sanitize_options
@@ -191,7 +200,7 @@ def collect(
     sanitize_map: str | None,
     **kw: Any,
 ) -> None:
-    """Collect every stage's evidence into a bundle (DESIGN §4), deciding nothing.
+    """Collect every stage's evidence into a bundle (format 1: runbook/bundle.py), deciding nothing.
 
     With --sanitize the bundle holds placeholders (<NODE_1>, <POD_UID_1>, …) instead of
     identifiers, and still analyses to the same verdict. --format json: {"bundle", "node",
@@ -203,10 +212,9 @@ def collect(
     from runbook.timestamps import now_iso
 
     spec = TargetSpec.from_flags(target, kw)
-    variables = parse_vars(var_items)
-    for key, value in (("pod", pod), ("namespace", namespace), ("cgroup_dir", cgroup_dir)):
-        if value is not None:
-            variables[key] = value
+    variables = apply_job_context(
+        parse_vars(var_items), {"pod": pod, "namespace": namespace, "cgroup_dir": cgroup_dir}
+    )
     out = Path(output)
     if (out / "bundle.yaml").exists():
         raise UsageError(f"{out} already holds a bundle; choose another --output")

@@ -63,6 +63,34 @@ def var_option(help: str = "Set a runbook variable (repeatable).") -> Callable[[
     return click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE", help=help)
 
 
+#: the job-context flags (job_context_options) and the runbook variables they set
+JOB_CONTEXT_VARS = (("pod", "pod"), ("namespace", "namespace"), ("cgroup_dir", "cgroup_dir"))
+
+
+def job_context_options(func: F) -> F:
+    """`--pod`, `--namespace/-n`, `--cgroup DIR`: the failed job on the node, the same flags
+    on every command that walks one (`run`, `collect`); each sets its runbook variable, as
+    `--var pod=…`, `--var namespace=…`, `--var cgroup_dir=…` do."""
+    for decorator in reversed([
+        click.option("--pod", help="Pod of the failed job (sets var pod)."),
+        click.option("--namespace", "-n", help="Its namespace (sets var namespace)."),
+        click.option("--cgroup", "cgroup_dir", metavar="DIR",
+                     help="The pod's memory cgroup directory, v1 or v2 (sets var cgroup_dir)."),
+    ]):  # fmt: skip
+        func = decorator(func)
+    return func
+
+
+def apply_job_context(variables: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
+    """`variables` with what the job-context flags gave (popped from `flags`); a flag wins
+    over the same --var."""
+    for flag, name in JOB_CONTEXT_VARS:
+        value = flags.pop(flag, None)
+        if value is not None:
+            variables[name] = value
+    return variables
+
+
 def runbook_option() -> Callable[[F], F]:
     """`--runbook ID|FILE` for commands that analyse recorded evidence."""
     return click.option(
