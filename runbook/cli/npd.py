@@ -49,7 +49,8 @@ def npd(
     **kw: Any,
 ) -> None:
     """Check this node once for node-problem-detector: exit 0 OK, 1 a hardware fault that
-    warrants a drain (NPD sets the condition), 2 unknown (the check could not say).
+    warrants a drain or a GPU node whose NVIDIA driver is missing or broken (NPD sets the
+    condition), 2 unknown (the check could not say).
     --format json (for other health agents): {"status", "condition", "message"}, same exit."""
     from runbook import npd as mapping
     from runbook.session import TargetSpec, diagnose

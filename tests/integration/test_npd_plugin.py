@@ -1,6 +1,9 @@
 """`runbook npd` speaks node-problem-detector's custom-plugin protocol, and the shipped NPD
 monitor (examples/node-problem-detector/) runs it as NPD would: its rule's command line, as a
-process, against recorded bundles (replay://) and a target that cannot be reached (loopback)."""
+process, against recorded bundles (replay://), a target that cannot be reached (loopback), and
+real SSH test hosts dressed as nodes whose NVIDIA driver is gone or which have no GPU at all
+(their `nvidia-smi`, `lspci` and `dmesg` are shims printing the real tools' words; a tool with
+no shim is really absent: this machine has no nvidia-smi or dcgmi, so the shell says exit 127)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.hosts.harness import TestHost
+from tests.sweep import fleet
 from tests.tools import bundles
 
 tomllib = importlib.import_module("tomllib")  # Python 3.11+, as the suite runs
@@ -174,3 +179,146 @@ def test_json_gives_the_same_status_and_message_for_other_health_agents() -> Non
     assert json.loads(as_json.stdout) == {
         "status": 1, "condition": "NonOK", "message": text.stdout.strip()
     }  # fmt: skip
+
+
+# --- real hosts: a GPU node whose driver is gone, and a node with no GPU ----------------------
+
+#: `lspci -nn` of a GPU node (8 NVIDIA 3D controllers) and of a CPU node (none)
+GPU_LSPCI = (ROOT / "tests" / "scenarios" / "node-data" / "healthy-8gpu" / "lspci.txt").read_text()
+CPU_LSPCI = "\n".join((
+    "00:00.0 Host bridge [0600]: Intel Corporation Device [8086:09a2] (rev 20)",
+    "00:1f.0 ISA bridge [0601]: Intel Corporation C621 Series Chipset LPC/eSPI Controller "
+    "[8086:a1c3] (rev 09)",
+    "18:00.0 Ethernet controller [0200]: Intel Corporation Ethernet Controller E810-C for QSFP "
+    "[8086:1592] (rev 02)",
+    "a0:00.0 Ethernet controller [0200]: Amazon.com, Inc. Elastic Network Adapter (ENA) "
+    "[1d0f:ec20]",
+    "",
+))  # fmt: skip
+#: what nvidia-smi prints, on standard output, when the kernel module is not loaded (exit 9)
+NO_DRIVER = (
+    "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure "
+    "that the latest NVIDIA driver is installed and running.\n"
+)
+
+
+def shim(text: str, rc: int = 0, stream: str = "") -> str:
+    quoted = text.replace("'", "'\\''")
+    return f"#!/bin/sh\nprintf '%s' '{quoted}'{stream}\nexit {rc}\n"
+
+
+def node(ssh_host: Any, name: str, *, lspci: str | None, nvidia_smi: str | None = None) -> TestHost:
+    """A host with a quiet kernel log, the given lspci (None: `lspci: not found`, exit 127,
+    as on a node without pciutils) and nvidia-smi (None: none installed)."""
+    host: TestHost = ssh_host(name)
+    host.write_shim("dmesg", shim(fleet.kernel_log()))
+    host.write_shim("kubectl", fleet.KUBECTL)
+    host.write_shim("journalctl", fleet.JOURNALCTL)
+    if lspci is None:
+        host.write_shim("lspci", shim("sh: 1: lspci: not found\n", 127, " >&2"))
+    else:
+        host.write_shim("lspci", shim(lspci))
+    if nvidia_smi is not None:
+        host.write_shim("nvidia-smi", nvidia_smi)
+    return host
+
+
+def npd_over_ssh(host: TestHost, known_hosts: Path, client_key: Any) -> tuple[int, str]:
+    argv = rule_argv(f"ssh://root@{host.address}:{host.port}")
+    argv += ["--known-hosts", str(known_hosts), "--identity", str(client_key.private_path),
+             "--connect-timeout", "5"]  # fmt: skip
+    proc = npd(argv)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1 and len(lines[0]) <= 80, (lines, proc.stderr[-2000:])
+    return proc.returncode, lines[0]
+
+
+@pytest.mark.ssh
+def test_a_gpu_node_without_nvidia_smi_sets_the_condition_not_ok(
+    ssh_host: Any, known_hosts: Path, client_key: Any
+) -> None:
+    host = node(ssh_host, "no-driver", lspci=GPU_LSPCI)
+    status, line = npd_over_ssh(host, known_hosts, client_key)
+    assert (status, line) == (
+        1, "NVIDIA driver missing: nvidia-smi not found; 8 NVIDIA GPU(s) on the PCI bus"
+    )  # fmt: skip
+
+
+@pytest.mark.ssh
+def test_a_gpu_node_whose_driver_is_not_loaded_sets_the_condition_not_ok(
+    ssh_host: Any, known_hosts: Path, client_key: Any
+) -> None:
+    host = node(ssh_host, "unloaded", lspci=GPU_LSPCI, nvidia_smi=shim(NO_DRIVER, 9))
+    status, line = npd_over_ssh(host, known_hosts, client_key)
+    assert (status, line) == (
+        1, "NVIDIA driver not loaded: nvidia-smi exit 9; 8 NVIDIA GPU(s) on the PCI bus"
+    )  # fmt: skip
+
+
+@pytest.mark.ssh
+def test_a_node_with_no_gpu_on_its_bus_is_ok_and_says_there_is_no_gpu(
+    ssh_host: Any, known_hosts: Path, client_key: Any
+) -> None:
+    host = node(ssh_host, "cpu-only", lspci=CPU_LSPCI)
+    status, line = npd_over_ssh(host, known_hosts, client_key)
+    assert status == 0, line
+    assert line.startswith("no GPU here (no NVIDIA GPU on the PCI bus), no PCIe fault"), line
+
+
+@pytest.mark.ssh
+def test_no_nvidia_smi_and_no_lspci_is_unknown_not_ok(
+    ssh_host: Any, known_hosts: Path, client_key: Any
+) -> None:
+    host = node(ssh_host, "blind", lspci=None)
+    status, line = npd_over_ssh(host, known_hosts, client_key)
+    assert status == 2, line
+    assert line.startswith("nvidia-smi not found, and neither lspci nor node labels"), line
+
+
+NVIDIA_SMI_FILES = ("nvidia-smi-L.txt", "nvidia-smi-query.csv", "nvidia-smi-q.txt",
+                    "nvidia-smi-topo-m.txt", "nvidia-smi-topo-p2p-r.txt",
+                    "nvidia-smi-topo-p2p-w.txt", "nvidia-smi-nvlink.txt")  # fmt: skip
+
+
+def bundle_where_nvidia_smi(
+    tmp_path: Path, rc: int, said: str, *, label: bool, lspci: bool
+) -> Path:
+    """The healthy bundle as collected from a node whose nvidia-smi exited `rc` saying `said`
+    (as DESIGN §4 records a probe: the file, its `.err` and `.rc`); `label` keeps node.json,
+    labelled by GPU feature discovery `nvidia.com/gpu.present=true`, `lspci` keeps lspci.txt."""
+    root = bundle_with(tmp_path, {})
+    for name in NVIDIA_SMI_FILES:
+        (root / name).write_text("" if rc == 127 else said)
+        (root / f"{name}.err").write_text(said if rc == 127 else "")
+        (root / f"{name}.rc").write_text(f"{rc}\n")
+    if not lspci:
+        (root / "lspci.txt").unlink()
+    node_json = json.loads((root / "node.json").read_text())
+    node_json["metadata"]["labels"]["nvidia.com/gpu.present"] = "true"
+    (root / "node.json").write_text(json.dumps(node_json))
+    if not label:
+        (root / "node.json").unlink()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("rc", "said", "label", "lspci", "status", "line"),
+    [
+        (127, "sh: 1: nvidia-smi: not found\n", True, False, 1,
+         "NVIDIA driver missing: nvidia-smi not found; labelled nvidia.com/gpu.present"),
+        (18, "Failed to initialize NVML: Driver/library version mismatch\n", False, True, 1,
+         "NVIDIA driver broken: nvidia-smi exit 18; 8 NVIDIA GPU(s) on the PCI bus"),
+        (6, "No devices were found\n", False, True, 1,
+         "NVIDIA driver sees no GPU: nvidia-smi exit 6; 8 NVIDIA GPU(s) on the PCI bus"),
+        (127, "sh: 1: nvidia-smi: not found\n", False, False, 2,
+         "nvidia-smi not found, and neither lspci nor node labels say if a GPU is here"),
+    ],
+    ids=["labelled-gpu-node", "version-mismatch", "no-devices", "nothing-says"],
+)  # fmt: skip
+def test_a_recorded_driver_failure_is_judged_by_what_says_the_node_has_a_gpu(
+    tmp_path: Path, rc: int, said: str, label: bool, lspci: bool, status: int, line: str
+) -> None:
+    bundle = bundle_where_nvidia_smi(tmp_path, rc, said, label=label, lspci=lspci)
+    proc = npd(rule_argv(f"replay://{bundle}"))
+    assert (proc.returncode, proc.stdout.strip()) == (status, line), proc.stderr[-2000:]
