@@ -117,6 +117,9 @@ class Config:
     #: node_exporter's textfile collector directory: the queue's and the sweep's metrics
     textfile_dir: Path | None = None
     notify: Notify = field(default_factory=Notify)
+    #: what a command that sends no notice only warns about (a bad notify section: such a
+    #: command is not stopped by a setting it does not use)
+    warnings: tuple[str, ...] = ()
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -127,8 +130,10 @@ def _mapping(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def load(path: Path | None = None, *, db: str | None = None) -> Config:
-    """The configuration, with `db` (a `--db` flag) taking precedence over the file."""
+def load(path: Path | None = None, *, db: str | None = None, notifies: bool = True) -> Config:
+    """The configuration, with `db` (a `--db` flag) taking precedence over the file.
+    `notifies` False: the command sends no notice, so a bad notify setting is a warning
+    (Config.warnings) and notices are off, instead of a UsageError."""
     source = path or config_path()
     raw: dict[str, Any] = {}
     if source.exists():
@@ -187,8 +192,17 @@ def load(path: Path | None = None, *, db: str | None = None) -> Config:
         kube_context=str(kube["context"]) if kube.get("context") else None,
         source=source if source.exists() else None,
         textfile_dir=Path(os.path.expanduser(str(textfile))) if textfile else None,
-        notify=_notify(_mapping(raw.get("notify"), f"config {source}: notify"), source),
+        **_notify_or_warning(raw, source, notifies=notifies),
     )
+
+
+def _notify_or_warning(raw: Mapping[str, Any], source: Path, *, notifies: bool) -> dict[str, Any]:
+    try:
+        return {"notify": _notify(_mapping(raw.get("notify"), f"config {source}: notify"), source)}
+    except UsageError as exc:
+        if notifies:
+            raise
+        return {"notify": Notify(), "warnings": (f"{exc.one_line()} (no notice is sent)",)}
 
 
 def _notify(raw: Mapping[str, Any], source: Path) -> Notify:

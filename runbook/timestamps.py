@@ -11,6 +11,15 @@ def now_iso() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def iso_z(ts: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC with a `Z` (`2026-03-04T10:40:00.250Z`): how every
+    timestamp goes out in JSON output (None stays None)."""
+    if ts is None:
+        return None
+    at = dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def utc_stamp() -> str:
     """Now, UTC, compact: `20260304T104000Z`."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

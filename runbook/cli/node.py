@@ -141,7 +141,10 @@ def run(
     finally:
         node_run.close()
     if fmt == "json":
-        click.echo(json.dumps(result.verdict.to_json(), indent=2, default=str))
+        # the verdict, and where the run is kept: a script chains to
+        # `runbook resume`/`report` with it (an added field: readers ignore what they do not know)
+        data = {**result.verdict.to_json(), "run_dir": str(result.run_dir)}
+        click.echo(json.dumps(data, indent=2, default=str))
     else:
         click.echo(f"\nrun directory: {result.run_dir}", err=False)
 

@@ -235,15 +235,19 @@ def textfile_dir_option(func: F) -> F:
     return cast(F, option(command))
 
 
-def load_config(ctx: click.Context, *, db: str | None = None) -> Any:
+def load_config(ctx: click.Context, *, db: str | None = None, notifies: bool = True) -> Any:
     """The configuration (runbook.config.Config) the root group's --config names, else the
-    default file, with `db` (a command's --db) over it: how every command reads it."""
+    default file, with `db` (a command's --db) over it: how every command reads it. A command
+    that sends no notice (`notifies` False) warns of a bad notify setting and goes on."""
     from pathlib import Path
 
     from runbook import config as config_mod
 
     config = (ctx.find_root().obj or {}).get("config")
-    return config_mod.load(Path(config) if config else None, db=db)
+    loaded = config_mod.load(Path(config) if config else None, db=db, notifies=notifies)
+    for warning in loaded.warnings:
+        click.echo(f"runbook: warning: {warning}", err=True)
+    return loaded
 
 
 # -- runbook variables ---------------------------------------------------------------------------

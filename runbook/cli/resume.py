@@ -103,7 +103,7 @@ def resume(
     finally:
         point.close()
     if fmt == "json":
-        click.echo(json.dumps(verdict.to_json(), indent=2, default=str))
+        click.echo(json.dumps({**verdict.to_json(), "run_dir": str(path)}, indent=2, default=str))
     else:
         click.echo(f"\nrun directory: {path}")
 

@@ -73,7 +73,7 @@ def _finish(
 
 def _textfile_dir(ctx: click.Context) -> Path | None:
     """The textfile directory the configuration (or --textfile-dir) names, if any."""
-    textfile: Path | None = load_config(ctx).textfile_dir
+    textfile: Path | None = load_config(ctx, notifies=False).textfile_dir
     return textfile
 
 

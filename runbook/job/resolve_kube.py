@@ -20,11 +20,12 @@ pod of this job with the lowest rank), `pods` (all of them, by rank), `namespace
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runbook.errors import JobError
+from runbook.errors import JobError, RunbookError, UnreachableError
 from runbook.job.kube_pods import JobPod, layout_of, pod_facts, rank_specs
 from runbook.job.models import JobNode, JobSpec
 from runbook.sweep.inventory import HostEntry, InventoryError
@@ -259,11 +260,28 @@ def job_spec_from_kube(
     )
 
 
+#: kubectl's words for an API server it could not reach (client-go's and kubectl's own)
+_UNREACHABLE = re.compile(
+    r"connection to the server .* was refused|Unable to connect to the server|dial tcp|"
+    r"i/o timeout|no such host|connection refused|TLS handshake timeout|"
+    r"context deadline exceeded|timed out after",
+    re.IGNORECASE,
+)
+
+
+def _failure(text: str) -> RunbookError:
+    """A kubectl failure as the tool's error: the cluster out of reach is a target that cannot
+    be reached (exit 3, as `kubectl://` says it), anything else a job that does not resolve."""
+    if _UNREACHABLE.search(text):
+        return UnreachableError(text)
+    return JobError(text)
+
+
 def _kubectl(argv: Sequence[str], what: str, timeout: float) -> Any:
     try:
         return kubectl_json(argv, what, timeout=timeout)
     except InventoryError as exc:
-        raise JobError(str(exc)) from None
+        raise _failure(str(exc)) from None
 
 
 def resolve_kube_job(
@@ -279,7 +297,8 @@ def resolve_kube_job(
     timeout: float = 60.0,
 ) -> JobSpec:
     """Read the workload, its pods and the node agents through kubectl; see the module
-    docstring. Every failure is a one-line JobError."""
+    docstring. Every failure is one line: a JobError, or an UnreachableError (exit 3, as a
+    `kubectl://` target says it) when the cluster cannot be reached."""
     spec = kube_kind(kind)
     if spec is None:
         raise JobError(f"unsupported job kind {kind!r}: use Job, PyTorchJob, TFJob or MPIJob")
@@ -297,7 +316,7 @@ def resolve_kube_job(
             raise JobError(
                 f"{ref}: the cluster does not serve {spec.resource} (is its operator installed?)"
             ) from None
-        raise JobError(text) from None
+        raise _failure(text) from None
     if not isinstance(job, Mapping):
         raise JobError(f"{ref}: kubectl printed no object")
     tried = []

@@ -147,6 +147,30 @@ class QueuedProposal:
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
+    def to_json(self) -> dict[str, Any]:
+        """as_dict for JSON output: every time ISO 8601 UTC (`…Z`), as the webhooks write
+        them, never the store's epoch seconds."""
+        from runbook.timestamps import iso_z
+
+        data = self.as_dict()
+        for name in _TIMES:
+            data[name] = iso_z(data.get(name))
+        if isinstance(data.get("verification"), dict):
+            verification = dict(data["verification"])
+            if isinstance(verification.get("at"), (int, float)):
+                verification["at"] = iso_z(verification["at"])
+            verification["previous"] = [
+                {**e, "at": iso_z(e["at"])} if isinstance(e.get("at"), (int, float)) else e
+                for e in verification.get("previous") or []
+                if isinstance(e, dict)
+            ]
+            data["verification"] = verification
+        return data
+
+
+#: QueuedProposal's times (epoch seconds in the store)
+_TIMES = ("created_at", "expires_at", "decided_at", "updated_at")
+
 
 _JSON = ("params", "plan", "target", "vars", "evidence", "result", "verification", "runner")
 

@@ -326,6 +326,10 @@ def _connect_failure(
 def _connect(
     address: SSHAddress, options: SSHOptions, sock: paramiko.Channel | None = None
 ) -> paramiko.SSHClient:
+    for key in options.identities:
+        # paramiko would say `[Errno 2] No such file or directory` as an auth failure (exit 3)
+        if not Path(key).is_file():
+            raise UsageError(f"{address}: SSH key {key} is not a file (--identity or IdentityFile)")
     client = paramiko.SSHClient()
     known, factory = _trust_known_hosts(client, address, options)
     client.set_missing_host_key_policy(_HostKeyPolicy(options, address, known))
