@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from runbook import derived as derived_facts
 from runbook import templating
 from runbook.errors import StateError, TemplateError
-from runbook.spec.models import END, Rule, Runbook, Stage
+from runbook.spec.models import END, Derive, Rule, Runbook, Stage
 from runbook.transports.base import CommandResult, Probe
 
 #: a command template that reads what the walk found so far (an earlier stage's facts, this
@@ -271,11 +272,7 @@ class Conductor:
         if stage.derive:
             derived: dict[str, Any] = dict(ctx["facts"].get("derived") or {})
             for item in stage.derive:
-                try:
-                    derived[item.name] = templating.evaluate(item.expression, ctx)
-                except TemplateError as exc:
-                    record.errors.append(f"derive {item.name}: {exc.one_line()}")
-                    derived[item.name] = None
+                derived[item.name] = self._derive(item, ctx, record)
                 ctx["facts"] = {**ctx["facts"], "derived": dict(derived)}
             record.facts["derived"] = {i.name: derived[i.name] for i in stage.derive}
         route: str | None = None
@@ -331,6 +328,19 @@ class Conductor:
             self._advance(stage_id, route)
         record.next = self.current
         return record
+
+    def _derive(self, item: Derive, ctx: dict[str, Any], record: StageRecord) -> Any:
+        """One derived fact: its Python predicate (runbook.derived) or its expression; None,
+        and an error on the stage, when it fails."""
+        try:
+            if item.expression is None:
+                return derived_facts.compute(item.name, ctx["facts"], self.vars)
+            return templating.evaluate(item.expression, ctx)
+        except TemplateError as exc:
+            record.errors.append(f"derive {item.name}: {exc.one_line()}")
+        except Exception as exc:  # a predicate's bug is a stage error, never a crash of the run
+            record.errors.append(f"derive {item.name} failed: {type(exc).__name__}: {exc}")
+        return None
 
     def _finding(
         self, stage: Stage, index: int, rule: Rule, ctx: dict[str, Any], record: StageRecord

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from runbook import templating
+from runbook import derived, templating
 from runbook.parsers import registry
 from runbook.remedies import kinds
 from runbook.signatures import ROLES
@@ -174,10 +174,19 @@ class _Checker:
         for position, stage in enumerate(self.runbook.stages):
             path = index_path("stages", position)
             self.expression(key_path(path, "when"), stage.when)
-            for fact in stage.derive:
-                where = key_path(key_path(path, "derive"), fact.name)
+            derive_path = key_path(path, "derive")
+            for number, fact in enumerate(stage.derive):
+                where = key_path(derive_path, fact.name)
+                if where not in self.lines:
+                    where = index_path(derive_path, number)
                 if not fact.name.isidentifier():
                     self.semantic(where, f"'{fact.name}' is not a valid fact name (an identifier)")
+                elif fact.expression is None and fact.name not in derived.names():
+                    self.semantic(
+                        where,
+                        f"no derived fact named '{fact.name}' (runbook/derived.py)"
+                        + suggest(fact.name, derived.names(), listing="known"),
+                    )
                 self.expression(where, fact.expression)
             for item in stage.collect:
                 self.check_collect(key_path(key_path(path, "collect"), item.name), item.command)

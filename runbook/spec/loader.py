@@ -214,7 +214,6 @@ def read(text: str, path: str = "<string>") -> Reading:
     return Reading(runbook, sort_issues(issues), builder.lines)
 
 
-
 def inspect_text(text: str, path: str = "<string>") -> list[Issue]:
     """Every issue in a runbook's YAML text, errors and warnings, grouped by kind."""
     return read(text, path).issues
@@ -462,12 +461,7 @@ class _Builder:
                 if self.bundle_name(name, key_path(key_path(path, "collect"), name), command_line)
             ),
             parse=self.names(data, "parse", path),
-            derive=tuple(
-                Derive(name, expression, expression_line)
-                for name, expression, expression_line in self.string_map(
-                    data, "derive", path, "a mapping of fact names to expressions"
-                )
-            ),
+            derive=self.derive(data, path),
             decide=tuple(
                 self.rule(*rule)
                 for rule in self.items(data, "decide", path, what="a list of rules")
@@ -478,6 +472,38 @@ class _Builder:
             match=self.match(data, path),
             line=data.line,
         )
+
+    def derive(self, data: LineMap, path: str) -> tuple[Derive, ...]:
+        """`derive:` as a mapping of names to expressions, or a list whose items are the names
+        of facts derived in Python (runbook.derived) or one-entry mappings `{name: expression}`,
+        computed in the order written."""
+        if not isinstance(data.get("derive"), LineSeq):
+            return tuple(
+                Derive(name, expression, line)
+                for name, expression, line in self.string_map(
+                    data,
+                    "derive",
+                    path,
+                    "a mapping of fact names to expressions, or a list of derived fact names",
+                )
+            )
+        result = []
+        for item, item_path, line in self.items(data, "derive", path, what="a list"):
+            if isinstance(item, str):
+                result.append(Derive(item, None, line))
+                continue
+            if isinstance(item, LineMap) and len(item) == 1:
+                ((name, expression),) = item.items()
+                if isinstance(expression, str):
+                    result.append(Derive(name, expression, item.value_lines[name]))
+                    continue
+            self.wrong_type(
+                item_path,
+                line,
+                "a derived fact's name, or a mapping of one fact name to an expression",
+                item,
+            )
+        return tuple(result)
 
     def flag(self, data: LineMap, key: str, path: str) -> bool:
         value = data.get(key)

@@ -100,11 +100,13 @@ class Collect:
 
 @dataclass(frozen=True)
 class Derive:
-    """`derive: {name: expression}` on a stage: a fact computed from the facts, after the
-    stage's parsers and before its rules, available as `facts.derived.<name>` from then on."""
+    """A fact computed from the facts, after the stage's parsers and before its rules,
+    available as `facts.derived.<name>` from then on: `derive: [name]` names one decided in
+    Python (runbook.derived; `expression` None), `derive: {name: expression}` one written as
+    an expression."""
 
     name: str
-    expression: str
+    expression: str | None = None
     line: int = 0
 
 

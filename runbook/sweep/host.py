@@ -181,7 +181,7 @@ def warm_templates(runbook: Runbook) -> int:
     commands: list[str] = []
     for stage in runbook.stages:
         expressions += [stage.when] if stage.when else []
-        expressions += [d.expression for d in stage.derive]
+        expressions += [d.expression for d in stage.derive if d.expression]
         commands += [c.command for c in stage.collect]
         for rule in stage.decide:
             expressions += [e for e in (rule.when, rule.evidence) if e]

@@ -1,0 +1,174 @@
+"""Derived facts computed in Python: named, typed predicates over what the parsers read.
+
+A stage lists them by name under `derive:` (docs/runbook-format.md)::
+
+    derive: [multi_node, single_node, expects_ib, ib_missing_for_job, rdma_fine_because]
+
+Each is computed after the stage's parsers, in the order listed, and is visible as
+`facts.derived.<name>` to the stage's rules and every later stage, exactly as a `derive`
+expression is. The runbook says *what* is checked and in which order; how a fact is decided
+lives here, where it has types and tests (tests/unit/test_derived.py), and a rule's message
+template only formats it.
+
+Each function is pure: ``fn(facts, variables) -> value`` over the facts merged so far (every
+parser's, and `derived`) and the run's variables; a fact the node did not give is absent, never
+an error. The values are JSON (booleans and strings), recorded with the stage's facts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["DerivedFact", "compute", "get", "names"]
+
+Facts = Mapping[str, Any]
+Variables = Mapping[str, Any]
+DerivedFunc = Callable[[Facts, Variables], Any]
+
+
+@dataclass(frozen=True)
+class DerivedFact:
+    name: str
+    func: DerivedFunc
+    summary: str
+
+
+_REGISTRY: dict[str, DerivedFact] = {}
+
+
+def _derived(func: DerivedFunc) -> DerivedFunc:
+    """Register `func` as the derived fact of its name."""
+    summary = (func.__doc__ or "").strip().split("\n\n")[0]
+    _REGISTRY[func.__name__] = DerivedFact(func.__name__, func, " ".join(summary.split()))
+    return func
+
+
+def get(name: str) -> DerivedFact:
+    """The derived fact registered as `name` (KeyError if there is none)."""
+    return _REGISTRY[name]
+
+
+def names() -> frozenset[str]:
+    return frozenset(_REGISTRY)
+
+
+def compute(name: str, facts: Facts, variables: Variables) -> Any:
+    """The value of derived fact `name` over `facts` and `variables`."""
+    return _REGISTRY[name].func(facts, variables)
+
+
+# -- typed reading of the facts ------------------------------------------------------------------
+
+
+def _section(facts: Facts, *path: str) -> Mapping[str, Any]:
+    """The mapping at `path` under `facts`, or an empty one where the node gave none."""
+    value: Any = facts
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def _number(value: Any) -> float | None:
+    """A count as the parsers and `--var` give it; anything else (a word, a boolean) is none."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return value
+
+
+def _nodes(variables: Variables) -> float:
+    """`--var nodes=N`: how many nodes the job spans; 0 when not given (the logs decide)."""
+    return _number(variables.get("nodes")) or 0
+
+
+def _ranks_and_gpus(facts: Facts) -> tuple[float, float]:
+    """NCCL's rank count and the node's GPU count (0 when either is not known)."""
+    ranks = _number(_section(facts, "nccl_log").get("nranks")) or 0
+    gpus = _number(_section(facts, "nvidia_smi").get("gpu_count")) or 0
+    return ranks, gpus
+
+
+# -- rdma-socket ---------------------------------------------------------------------------------
+
+
+@_derived
+def multi_node(facts: Facts, variables: Variables) -> bool:
+    """The job spans nodes: `--var nodes` above 1, or NCCL logged more than one node
+    (`nNodes`), a network (`NET/…`) transport, or more ranks than the node has GPUs."""
+    nccl = _section(facts, "nccl_log")
+    ranks, gpus = _ranks_and_gpus(facts)
+    kinds = nccl.get("transport_kinds")
+    return bool(
+        _nodes(variables) > 1
+        or (_number(nccl.get("nnodes")) or 0) > 1
+        or (isinstance(kinds, list) and any(str(k).startswith("NET/") for k in kinds))
+        or (ranks and gpus and ranks > gpus)
+    )
+
+
+@_derived
+def single_node(facts: Facts, variables: Variables) -> bool:
+    """The job runs on this node alone: `--var nodes=1`, or (nothing showing it spans nodes)
+    NCCL logged one node, or no more ranks than the node has GPUs."""
+    if _nodes(variables) == 1:
+        return True
+    if multi_node(facts, variables):
+        return False
+    ranks, gpus = _ranks_and_gpus(facts)
+    return bool(
+        _number(_section(facts, "nccl_log").get("nnodes")) == 1
+        or (ranks and gpus and ranks <= gpus)
+    )
+
+
+@_derived
+def expects_ib(facts: Facts, variables: Variables) -> bool:
+    """The node or the job says IB/RoCE is expected: RDMA labels on the node, or NCCL told to
+    use IB (NCCL_NET=IB, an NCCL_IB_HCA, NCCL_IB_DISABLE=0)."""
+    env = _section(facts, "nccl_log", "env")
+    return bool(
+        _section(facts, "kube", "node").get("rdma_labels")
+        or env.get("NCCL_NET") == "IB"
+        or env.get("NCCL_IB_HCA")
+        or env.get("NCCL_IB_DISABLE") == "0"
+    )
+
+
+@_derived
+def ib_missing_for_job(facts: Facts, variables: Variables) -> bool:
+    """A job that expects IB ran on a node with no usable RDMA device, and NCCL failed: the
+    RDMA tools were read, NCCL's own IB calls did not fail (that is another finding), and the
+    job spans nodes or NCCL warned it found no IB device it was told to use."""
+    rdma = _section(facts, "rdma")
+    nccl = _section(facts, "nccl_log")
+    warned = _section(facts, "nccl_log", "warn_categories")
+    return bool(
+        rdma.get("collected")
+        and not rdma.get("usable")
+        and not warned.get("ib")
+        and (multi_node(facts, variables) or warned.get("ib-missing"))
+        and expects_ib(facts, variables)
+        and (nccl.get("warns") or nccl.get("first_result_code"))
+    )
+
+
+@_derived
+def rdma_fine_because(facts: Facts, variables: Variables) -> str:
+    """Why RDMA is not the cause, when it is not: no IB verbs failure in NCCL's logs, and what
+    the absence of an RDMA device means for this job."""
+    said = "no IB verbs failure " + (
+        "in the NCCL logs"
+        if _section(facts, "nccl_log").get("collected")
+        else "(NCCL logs not collected)"
+    )
+    if _section(facts, "rdma").get("usable"):
+        return said
+    if single_node(facts, variables):
+        return said + "; the node has no RDMA device, which a single-node job does not need"
+    if not multi_node(facts, variables):
+        return said + (
+            "; the node has no RDMA device, and nothing shows this job spanning nodes "
+            "(a single-node job does not need one)"
+        )
+    return said + "; the node has no RDMA device and NCCL did not fail for want of one"
