@@ -41,6 +41,8 @@ class RemedyKind(Protocol):
     takes_node_out: bool
     #: changes the job's memory: its recovery check replays the job under the pod's limit
     memory_remedy: bool
+    #: a diagnostic (an experiment): measures, changes nothing, so there is no fix to verify
+    diagnostic: bool
     #: the heading its advice is shown under after a walk (None: nothing to show)
     advice_title: str | None
 
@@ -53,7 +55,9 @@ class RemedyKind(Protocol):
         ...
 
     def after_apply(self, plan: Plan) -> dict[str, Any]:
-        """What its run found, added to the execution's result (a diagnostic's comparison)."""
+        """What its run found, added to the execution's result (a diagnostic's comparison).
+        A `not_run` key says why its commands could not run on the node (a tool missing, a
+        timeout): the execution is then `failed` with that reason, whatever Ansible said."""
         ...
 
     def advice_lines(self, params: Mapping[str, Any]) -> tuple[str, ...]:
@@ -118,6 +122,12 @@ def drain_root_causes() -> tuple[str, ...]:
         if kind.takes_node_out:
             causes += [c for c in kind.proposed_on or () if c not in causes]
     return tuple(causes)
+
+
+def is_diagnostic(name: str) -> bool:
+    """An experiment that changes nothing: its run is never followed by a recovery check."""
+    kind = _BY_NAME.get(name)
+    return kind is not None and kind.diagnostic
 
 
 def is_memory_remedy(name: str) -> bool:

@@ -1,7 +1,8 @@
-"""What a remedy kind is when it says nothing else: a change (not advice) that may be proposed
-on any root cause, keeps the node in service, leaves the job's memory alone, lacks nothing,
-finds nothing after its run and shows no advice. Each kind subclasses `KindDefaults` and
-states only where it differs (runbook/remedies/kinds/__init__.py has the protocol)."""
+"""What a remedy kind is when it says nothing else: a change (not advice, not a diagnostic)
+that may be proposed on any root cause, keeps the node in service, leaves the job's memory
+alone, lacks nothing, finds nothing after its run and shows no advice. Each kind subclasses
+`KindDefaults` and states only where it differs (runbook/remedies/kinds/__init__.py has the
+protocol)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ class KindDefaults:
     proposed_on: tuple[str, ...] | None = None
     takes_node_out = False
     memory_remedy = False
+    diagnostic = False
     advice_title: str | None = None
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:

@@ -17,6 +17,7 @@ NAME = "nccl-ib-disable-ab"
 class NcclIbDisableAb(KindDefaults):
     name = NAME
     proposed_on: tuple[str, ...] | None = ("rdma-misconfigured",)
+    diagnostic = True
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
         """Runs on the node itself, as the run reached it."""
@@ -28,6 +29,7 @@ class NcclIbDisableAb(KindDefaults):
         return Plan(
             playbook=plans.playbook_named(proposal, "nccl-ib-disable-ab.yml"),
             inventory=plans.node_inventory(ctx.node, ctx.target),
+            runs_on=plans.runs_on_node(ctx.node, ctx.target),
             extravars={"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)},
             describe=(
                 f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
@@ -37,15 +39,22 @@ class NcclIbDisableAb(KindDefaults):
         )
 
     def after_apply(self, plan: Plan) -> dict[str, Any]:
-        """The A/B comparison of each host's two outputs, from the playbook's output dir."""
+        """The A/B comparison of each host's two outputs, from the playbook's output dir;
+        `not_run` when a case could not run on a node (nothing was measured there)."""
         from runbook.remedies import ab
 
         # a proposal queued before the role's variables took its prefix has the old name
         extravars = plan.extravars
-        out = Path(str(extravars.get("nccl_ab_test_output_dir")
-                       or extravars["nccl_ab_output_dir"]))
+        out = Path(str(extravars.get("nccl_ab_test_output_dir") or extravars["nccl_ab_output_dir"]))
+        command = str(extravars.get("nccl_ab_test_command") or ab.COMMAND)
         hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
-        return {"comparison": {h.name: ab.compare(ab.read_dir(h)) for h in hosts}}
+        comparison = {h.name: ab.compare(ab.read_dir(h), node=h.name, command=command)
+                      for h in hosts}  # fmt: skip
+        found: dict[str, Any] = {"comparison": comparison}
+        reason = ab.not_measured(comparison)
+        if reason is not None:
+            found["not_run"] = reason
+        return found
 
 
 KIND = NcclIbDisableAb()
