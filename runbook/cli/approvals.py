@@ -1,7 +1,9 @@
 """`runbook approvals …` and `runbook audit …`: the approval queue and its audit trail.
 
 Exit codes: 0 done; 1 refused, denied by the state of the proposal (already decided, running,
-ran), a failed execution or a broken audit chain; 2 usage (unknown ID, bad flags).
+ran), a failed execution (the playbook failed, or what it runs could not run on the node: a
+tool missing, exit 126/127, a timeout, no GPU) or a broken audit chain; 2 usage (unknown ID,
+bad flags).
 """
 
 from __future__ import annotations
@@ -198,7 +200,13 @@ def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -
         console.print(f"  decided by {escape(p.decided_by)} at {_when(p.decided_at)}"
                       + (f": {escape(p.reason)}" if p.reason else ""))
     if p.result:
-        console.print(f"  result: {p.result.get('status')} (rc {p.result.get('rc')})")
+        played = f"{p.result.get('status')} (rc {p.result.get('rc')})"
+        if p.state == "failed" and p.result.get("reason"):
+            # the reason first: a playbook Ansible calls successful may have run nothing
+            console.print(f"  result: failed — {escape(str(p.result['reason']))}"
+                          + (f"; the playbook: {played}" if p.result.get("status") else ""))
+        else:
+            console.print(f"  result: {played}")
         for line in p.result.get("failed") or []:
             console.print(f"    failed: {escape(str(line))}")
     if p.verification:
@@ -244,19 +252,25 @@ def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
 
 
 def report_execution(console: Console, execution: Execution) -> None:
-    from runbook.remedies import ab
+    """What the run did: the A/B's comparison, then the proposal's state and, when it did not
+    succeed, why (a command that could not run on the node is said, never read as a result)."""
+    from runbook.remedies import ab, kinds
 
     p = execution.proposal
     if execution.apply is None:
         console.print(f"[bold red]check run failed[/] ({execution.check.status}); "
-                      f"nothing was changed; {p.id} is {p.state}")
+                      f"nothing was changed; {p.id} is {p.state}: {escape(execution.reason or '')}")
         return
     for node, comparison in (execution.result.get("comparison") or {}).items():
         console.print(f"[bold]A/B on {escape(node)}[/]")
         for line in ab.render(comparison):
             console.print(f"  {escape(line)}")
     colour = "green" if execution.ok else "bold red"
-    console.print(f"[{colour}]{p.id} {p.state}[/] (artifacts: {execution.apply.artifact_dir})")
+    why = "" if execution.ok else f": {escape(execution.reason or '')}"
+    note = " (a diagnostic: nothing was changed on the node)" if execution.ok and \
+        kinds.is_diagnostic(p.kind) else ""
+    console.print(f"[{colour}]{p.id} {p.state}[/]{why}{note} "
+                  f"(artifacts: {execution.apply.artifact_dir})")
 
 
 @approvals.command("approve")
@@ -272,9 +286,10 @@ def report_execution(console: Console, execution: Execution) -> None:
 def approve_cmd(
     ctx: click.Context, pid: str, as_user: str | None, no_recheck: bool, fmt: str
 ) -> None:
-    """Approve ID: re-check, check mode, then the real run; exactly once (exit 1 when refused
-    or the playbook fails). --format json: {"ok", "proposal": {...}, "check", "apply"} on
-    stdout; the progress goes to stderr."""
+    """Approve ID: re-check, check mode, then the real run; exactly once (exit 1 when refused,
+    the playbook fails, or its commands could not run on the node: a tool missing, a timeout).
+    --format json: {"ok", "reason", "proposal": {...}, "check", "apply"} on stdout (`reason`:
+    why it did not succeed, else null); the progress goes to stderr."""
     from runbook.remedies import live
 
     console = Console(highlight=False, stderr=fmt == "json")
@@ -304,6 +319,7 @@ def approve_cmd(
     if fmt == "json":
         click.echo(json.dumps({
             "ok": execution.ok,
+            "reason": execution.reason,
             "proposal": execution.proposal.as_dict(),
             "check": execution.check.as_dict(),
             "apply": execution.apply.as_dict() if execution.apply is not None else None,

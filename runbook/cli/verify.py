@@ -1,7 +1,9 @@
 """`runbook verify ID` and `runbook replay-stages`: prove a fix held (docs/recovery.md).
 
-Exit codes: 0 verified / every stage fits; 1 failed verification / a stage did not fit, or the
-proposal cannot be verified (not a succeeded remedy); 2 usage; 3 the target is unreachable.
+Exit codes: 0 verified / every stage fits; 1 failed verification / a stage did not fit, the
+check could not run on the node (`not-run`: all_reduce_perf or the job's command not found, no
+GPU), or the proposal cannot be verified (not a succeeded change: a failed run, a diagnostic);
+2 usage; 3 the target is unreachable.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def verify_cmd(
 ) -> None:
     """Check that proposal ID's fix held: the nccl-recovery-check collective test on the node,
     then (memory remedies, or with --command) the staged replay of the job under the pod's
-    limit; record `verified` or `failed-verification` against ID."""
+    limit; record `verified`, `failed-verification`, or `not-run` (the check could not run:
+    a tool missing on the node, no GPU) against ID; exit 0 only when verified."""
     from runbook.cli.verify_offer import open_stored_target
     from runbook.remedies import plans
     from runbook.remedies.approval import Refused, actor_name

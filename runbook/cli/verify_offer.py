@@ -1,5 +1,9 @@
 """After an approved remedy succeeded: offer the recovery check of that proposal.
 
+Only after a change that was applied: never after a diagnostic (the A/B test changes nothing,
+so there is no fix to check), and never after a run that failed or could not run its commands
+(runbook.verify.record.verifiable says which proposals can be verified).
+
 On a terminal the person who approved is asked whether to run it now (the same target, the
 proposal's own variables); otherwise, and for a proposal made from a replayed bundle (there is
 no live node to check), the exact `runbook verify` command is printed.
@@ -58,7 +62,9 @@ def offer_verification(
     console: Console, desk: Desk, proposal: QueuedProposal, *, interactive: bool,
     as_user: str | None = None,
 ) -> None:
-    if proposal.state != "succeeded":
+    from runbook.verify.record import verifiable
+
+    if verifiable(proposal) is not None:
         return
     target = plans.Target.from_dict(proposal.target) if proposal.target else None
     if target is None or not target.live:

@@ -9,6 +9,11 @@ exact playbook and variables. Order of an approval::
     guard, live  → claim (exactly one winner)  → check mode + diff  → the real run  → what
     the kind reads after it (the A/B comparison)  → succeeded | failed (never retried)
 
+`succeeded` means the playbook ran on its host and what it ran could run there: a run whose
+commands could not (the A/B's all_reduce_perf not found, exit 127; a timeout; no GPU) or a play
+that matched no host is `failed`, with the reason in its result (`result.reason`) and in the
+audit trail's `failed` entry.
+
 Any "no" before the claim leaves the proposal refused with the reason (or, for an approver
 who is not allowed, untouched); after the claim the proposal is never run again.
 """
@@ -73,7 +78,18 @@ class Execution:
 
     @property
     def ok(self) -> bool:
-        return self.apply is not None and self.apply.ok
+        """The proposal as recorded: succeeded (its playbook ran, and what it was for was
+        done) — never read from Ansible's status alone."""
+        return self.apply is not None and self.proposal.state == "succeeded"
+
+    @property
+    def reason(self) -> str | None:
+        """Why it did not succeed, in one line (None when it did)."""
+        if self.ok:
+            return None
+        if self.apply is None:
+            return str(self.result.get("reason") or self.check.reason or "the check run failed")
+        return str(self.result.get("reason") or self.apply.reason or "failed")
 
 
 def _evidence(verdict: Verdict) -> dict[str, Any]:
@@ -442,7 +458,7 @@ class Desk:
                 proposal, plan, check=True, on_task=on_task
             )
         except RunbookError as exc:
-            failure = {"stage": "check", "error": exc.one_line()}
+            failure = {"stage": "check", "error": exc.one_line(), "reason": exc.one_line()}
             self._finish(proposal, actor, ok=False, result=failure)
             raise
         self.record("check", proposal.id, actor, _summary(check))
@@ -454,13 +470,20 @@ class Desk:
         try:
             applied = self._run(proposal, plan, check=False, on_task=on_task)
         except RunbookError as exc:
-            failure = {"stage": "apply", "error": exc.one_line()}
+            failure = {"stage": "apply", "error": exc.one_line(), "reason": exc.one_line()}
             self._finish(proposal, actor, ok=False, result=failure)
             raise
         result = {"stage": "apply", **applied.as_dict(), "check": _summary(check)}
+        ok = applied.ok
         if applied.interrupted is None:
-            result.update(kinds.after_apply(proposal.kind, plan))
-        done = self._finish(proposal, actor, ok=applied.ok, result=result)
+            found = kinds.after_apply(proposal.kind, plan)
+            result.update(found)
+            if ok and found.get("not_run"):
+                # Ansible ran it, but its commands could not run on the node (a tool missing,
+                # a timeout): nothing was done or measured, and the record says why
+                ok = False
+                result["reason"] = str(found["not_run"])
+        done = self._finish(proposal, actor, ok=ok, result=result)
         _stop_if_interrupted(applied)
         return Execution(done, check, applied, result)
 

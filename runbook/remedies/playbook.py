@@ -104,7 +104,28 @@ class PlaybookResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "successful" and self.rc == 0 and self.interrupted is None
+        """Ansible says successful, and it ran on a host: a play whose pattern matched no host
+        exits 0 having done nothing, which is not a success."""
+        return self.reason is None
+
+    @property
+    def hosts(self) -> list[str]:
+        """The hosts the play ran on (ansible's `processed` stats)."""
+        return sorted((self.stats or {}).get("processed") or {})
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run is not a success, in one line; None when it is."""
+        if self.interrupted is not None:
+            return f"interrupted (signal {self.interrupted})"
+        if self.status != "successful" or self.rc != 0:
+            first = self.failed[0] if self.failed else None
+            where = f": {first.host}: {first.task}" if first else ""
+            said = f" — {first.message[:200]}" if first and first.message else ""
+            return f"the playbook {self.status} (rc {self.rc}){where}{said}"
+        if not self.hosts:
+            return "the playbook ran on no host (its inventory or limit matched none)"
+        return None
 
     @property
     def changed(self) -> list[TaskOutcome]:
@@ -128,6 +149,7 @@ class PlaybookResult:
             "failed": [f"{t.host}: {t.task}: {t.message}" for t in self.failed],
             "diff": self.diff_text(),
             "artifact_dir": self.artifact_dir,
+            **({"reason": self.reason} if self.reason is not None else {}),
             **({"interrupted_by": self.interrupted} if self.interrupted is not None else {}),
         }
 

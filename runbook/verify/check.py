@@ -5,9 +5,12 @@
    given, the staged replay of the job under the pod's limit (runbook.verify.replay).
 
 `verified` when the collective test is healthy and the replay (when it applies) fitted every
-stage; otherwise `failed-verification` with the first reason. A memory remedy whose replay
-cannot run (no job command, no stages, no cgroup) is not verified: saying it held would be a
-guess. `--no-replay` skips the second layer on purpose, and the reason says so.
+stage; `failed-verification` with the first reason when a layer that ran found the fix did not
+hold; `not-run` with the reason when a layer could not run at all — the collective test's
+all_reduce_perf not found or not executable on the node, no GPU it can use, no run came back;
+a memory remedy's replay without its job command, stages or cgroup, or whose job command was
+not found — so a tool's absence is never read as a fix that held, nor as one that failed.
+`--no-replay` skips the second layer on purpose, and the reason says so.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runbook import atomic
+from runbook import atomic, not_run
 from runbook.redact import redact_data
 from runbook.remedies import kinds
 from runbook.remedies.approval import Desk, Refused
@@ -26,7 +29,7 @@ from runbook.remedies.kinds import memory_limit
 from runbook.remedies.store import QueuedProposal
 from runbook.transports.base import Transport
 from runbook.verdict import Verdict
-from runbook.verify.record import record, verifiable
+from runbook.verify.record import FAILED, NOT_RUN, VERIFIED, record, verifiable
 from runbook.verify.replay import (
     DEFAULT_PATTERN,
     ReplayOutcome,
@@ -67,6 +70,8 @@ class VerifyResult:
     replay_note: str | None
     run_dir: Path | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    #: False: a layer could not run at all (status `not-run`), so nothing was verified
+    ran: bool = True
 
 
 def new_run_dir() -> Path:
@@ -151,6 +156,49 @@ def collective_summary(verdict: Verdict) -> dict[str, Any]:
     }
 
 
+def collective_not_run(
+    verdict: Verdict, variables: Mapping[str, Any], *, node: str | None = None
+) -> str | None:
+    """Why the collective test measured nothing on the node, or None when its runs ran: no
+    run came back (no GPU listed, the loop failed), or every run's all_reduce_perf was not
+    found, could not be executed or found no GPU. A run stopped by `run_timeout` did run: the
+    runbook judges that as a hang."""
+    where = node or verdict.node
+    stage = verdict.stage("collective-test")
+    if stage is None or stage.status == "skipped":
+        return f"the collective test did not run on {where}"
+    facts = stage.facts.get("nccl_recovery") or {}
+    if not facts.get("collected"):
+        said = "; ".join(stage.findings) or stage.reason or "no all_reduce_perf run came back"
+        missing = [f"{name.removesuffix('.txt')}: {why}"
+                   for name, why in stage.not_collected.items() if name.startswith("nvidia-smi")]
+        return f"the collective test did not run on {where}: {said}" + (
+            f" ({'; '.join(missing[:1])})" if missing else "")
+    program = not_run.program_of(str(variables.get("all_reduce_perf") or ""), "all_reduce_perf")
+    reasons = []
+    for run in facts.get("runs") or []:
+        said = "\n".join(str(f.get("text") or "") for f in run.get("failures") or [])
+        why = not_run.reason(said, run.get("exit_status"), node=where, program=program,
+                             timeouts=False, empty=False)
+        if why is None:
+            return None
+        reasons.append(why)
+    if not reasons:
+        return f"the collective test did not run on {where}: no all_reduce_perf run came back"
+    return "the collective test could not run: " + "; ".join(dict.fromkeys(reasons))
+
+
+def replay_not_run(outcome: ReplayOutcome) -> str | None:
+    """Why the staged replay could not run at all (the pod's limit unreadable, its first stage
+    not started or its job command not found), or None when it ran."""
+    if outcome.limit_bytes is None and not outcome.results:
+        return outcome.reason
+    first = outcome.results[0] if outcome.results else None
+    if first is not None and not first.ran:
+        return first.reason
+    return None
+
+
 def verify(
     desk: Desk,
     pid: str,
@@ -188,17 +236,25 @@ def verify(
         if spec is not None else None
     healthy = verdict.root_cause == "healthy"
     replay_needed = kinds.is_memory_remedy(proposal.kind) and not request.skip
-    if not healthy:
+    missed = collective_not_run(verdict, runbook_variables(proposal, variables), node=node)
+    missed_replay = replay_not_run(outcome) if outcome is not None else None
+    ran = True
+    if missed is not None:
+        # nothing was measured: not a fix that held, nor one that failed
+        ran, reason = False, missed
+    elif not healthy:
         reason = f"collective test: {verdict.root_cause}: {collective['summary']}"
+    elif missed_replay is not None:
+        ran, reason = False, f"staged replay could not run: {missed_replay}"
     elif outcome is not None and not outcome.passed:
         reason = f"staged replay: {outcome.reason}"
     elif outcome is None and replay_needed:
-        reason = f"staged replay not run: {note}"
+        ran, reason = False, f"staged replay not run: {note}"
     else:
         tail = f"staged replay: {outcome.reason}" if outcome is not None else (
             f"staged replay {note}" if request.skip else f"no staged replay ({note})")
         reason = f"collective test healthy; {tail}"
-    ok = healthy and (outcome.passed if outcome is not None else not replay_needed)
+    ok = ran and healthy and (outcome.passed if outcome is not None else not replay_needed)
     details: dict[str, Any] = {
         "runbook": RUNBOOK,
         "target": transport.description,
@@ -215,9 +271,11 @@ def verify(
             raw = Path(walked.run_dir) / "replay" / f"stage-{judged.stage.index}.json"
             text = json.dumps(redact_data(judged.report), indent=1, default=str)
             atomic.write_text(raw, text, within=Path(walked.run_dir))
-        summary = redact_data({"verified": ok, "reason": reason, **details})
+        status = VERIFIED if ok else (FAILED if ran else NOT_RUN)
+        summary = redact_data({"verified": ok, "status": status, "reason": reason, **details})
         atomic.write_text(Path(walked.run_dir) / "verification.json",
                           json.dumps(summary, indent=2, default=str), within=Path(walked.run_dir))
-    updated = record(desk, pid, verified=ok, reason=reason, details=details, actor=actor)
+    updated = record(desk, pid, verified=ok, reason=reason, details=details, actor=actor,
+                     ran=ran)
     return VerifyResult(updated, ok, reason, verdict, outcome, note or None,
-                        Path(walked.run_dir) if walked.run_dir else None, details)
+                        Path(walked.run_dir) if walked.run_dir else None, details, ran=ran)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook.errors import UsageError
+from runbook.not_run import CANNOT_EXECUTE, NOT_FOUND
 from runbook.parsers.cgroup import parse_cgroup
 from runbook.parsers.procmem import parse_procmem
 from runbook.units import human, parse_size
@@ -143,10 +144,13 @@ class StageResult:
     reason: str
     report: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    #: False: the stage could not run (the watcher did not start, the job's command was not
+    #: found or not executable): it measured nothing
+    ran: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return {"index": self.stage.index, "knobs": self.stage.knobs, "passed": self.passed,
-                "reason": self.reason, **self.summary}
+                "reason": self.reason, **({} if self.ran else {"ran": False}), **self.summary}
 
 
 def _stat(text: str | None, version: int) -> dict[str, int | None]:
@@ -241,7 +245,7 @@ def judge(stage: ReplayStage, report: Mapping[str, Any]) -> StageResult:
     the stop line, with no kernel OOM kill, passes."""
     if report.get("error"):
         return StageResult(stage, False, f"stage {stage.index} could not run: {report['error']}",
-                           dict(report), {"outcome": "error"})
+                           dict(report), {"outcome": "error"}, ran=False)
     s = summarize(report)
     peak = human(s["peak_working_set_bytes"] or 0)
     limit = human(s["limit_bytes"] or 0)
@@ -256,6 +260,14 @@ def judge(stage: ReplayStage, report: Mapping[str, Any]) -> StageResult:
                   f"{peak}, within the headroom of its {limit} limit (stop line "
                   f"{human(s['stop_at_bytes'] or 0)}){guard}; it would have OOM-killed again")
         return StageResult(stage, False, reason, dict(report), s)
+    if outcome == "failed" and s["exit_status"] in (NOT_FOUND, CANNOT_EXECUTE):
+        # the shell's own statuses: the job's command never started
+        last = s["output_tail"][-1] if s["output_tail"] else ""
+        what = "not found" if s["exit_status"] == NOT_FOUND else "not executable"
+        said = f": {last[:160]}" if last else ""
+        reason = (f"stage {stage.index} ({stage.label}) could not run: the job's command was "
+                  f"{what} on the node (exit {s['exit_status']}){said}")
+        return StageResult(stage, False, reason, dict(report), s, ran=False)
     if outcome == "failed":
         last = s["output_tail"][-1] if s["output_tail"] else ""
         reason = (f"stage {stage.index} ({stage.label}): the job exited {s['exit_status']} on "

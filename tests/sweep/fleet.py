@@ -6,9 +6,15 @@ here) and a `dmesg` shim: the machine's real kernel log is shared by every names
 whatever other tests did to it, so each node's kernel log is written here, in `dmesg -T`'s real
 format. Kinds:
 
-    healthy   a quiet boot log
-    oom       a memcg OOM kill (the kernel's real line sequence, as tests/scenarios reproduce)
-    xid       Xid 79: the GPU fell off the bus
+    healthy        a quiet boot log
+    oom            a memcg OOM kill (the kernel's real line sequence, as tests/scenarios
+                   reproduce) in the cgroup of the job the inventory names for that node
+                   (`runbook_vars: {cgroup_dir: …}`): the job's OOM, a finding
+    neighbour-oom  a node running no job whose kernel log holds a real memcg OOM kill in an
+                   unrelated cgroup: made here by the kernel (tests/scenarios/cgroups.py
+                   foreign_oom) and its lines copied from this machine's kernel log into
+                   the node's; a workload at its own limit, not a finding
+    xid            Xid 79: the GPU fell off the bus
     hang      `dmesg` never returns (sleeps): the host must be cut off at its deadline
     stopped   sshd stopped with SIGSTOP: the host accepts TCP and never sends a banner
     rekeyed   the host key changed after known_hosts was recorded: must be refused
@@ -17,9 +23,12 @@ format. Kinds:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
+import re
 import shutil
 import signal
+import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,16 +37,23 @@ import yaml
 
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.scenarios import shims
+from tests.scenarios.cgroups import foreign_oom
 from tests.scenarios.shims import Output
 from tests.tools.ansible_env import ssh_vars
 
 HEALTHY_PROFILE = "healthy-8gpu"
-KINDS = ("healthy", "oom", "xid", "hang", "stopped", "rekeyed")
+KINDS = ("healthy", "oom", "neighbour-oom", "xid", "hang", "stopped", "rekeyed")
 #: the root cause a swept host of each kind must get (None: it is not swept)
-EXPECTED = {"healthy": "healthy", "oom": "host-memory-oom", "xid": "gpu-hardware"}
+EXPECTED = {
+    "healthy": "healthy",
+    "oom": "host-memory-oom",
+    "neighbour-oom": "healthy",
+    "xid": "gpu-hardware",
+}
 EXPECTED_STATUS = {
     "healthy": "healthy",
     "oom": "finding",
+    "neighbour-oom": "healthy",
     "xid": "finding",
     "hang": "timeout",
     "stopped": "timeout",
@@ -75,6 +91,28 @@ OOM_LINES = (
     "anon-rss:80123456kB, file-rss:123456kB, shmem-rss:6710886kB, UID:0 pgtables:160512kB "
     "oom_score_adj:984",
 )
+#: the job's memory cgroup on an `oom` node, as its inventory entry names it
+JOB_CGROUP_DIR = "/sys/fs/cgroup" + MEMCG
+_STAMP = re.compile(r"^\[[ \d.]+\] ")
+
+
+@functools.cache
+def neighbour_oom_lines() -> tuple[str, ...]:
+    """A real memcg OOM kill, as this machine's kernel printed it: a process in a cgroup of
+    its own (32 MiB) killed for asking 128 MiB, from its `invoked oom-killer` line to its
+    `Killed process` line, stamps removed (`kernel_log` stamps them again)."""
+    _, memcg = foreign_oom("neighbour")
+    lines = [_STAMP.sub("", line) for line in _kernel_log_now().splitlines()]
+    kill = max(i for i, line in enumerate(lines) if f"oom_memcg={memcg}," in line)
+    start = max(i for i in range(kill + 1) if "invoked oom-killer" in lines[i])
+    end = next(i for i in range(kill, len(lines)) if "Killed process" in lines[i])
+    return tuple(lines[start : end + 1])
+
+
+def _kernel_log_now() -> str:
+    return subprocess.run(["dmesg"], capture_output=True, text=True, check=True, timeout=30).stdout
+
+
 XID_LINES = (
     "NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
     "NVRM: GPU 0000:3a:00.0: GPU has fallen off the bus.",
@@ -98,6 +136,8 @@ def dress(host: TestHost, kind: str) -> None:
     changes: dict[str, Output] = {"dmesg": Output(kernel_log())}
     if kind == "oom":
         changes["dmesg"] = Output(kernel_log(*OOM_LINES))
+    elif kind == "neighbour-oom":
+        changes["dmesg"] = Output(kernel_log(*neighbour_oom_lines()))
     elif kind == "xid":
         changes["dmesg"] = Output(kernel_log(*XID_LINES))
     shims.install(host, shims.profile(HEALTHY_PROFILE, **changes))  # type: ignore[arg-type]
@@ -137,13 +177,18 @@ def inventory(
     *,
     extra: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A YAML-structured inventory: one group per kind (`kind_healthy`, …) under `gpu_nodes`,
-    the connection settings in `all: vars:`; `extra` adds hosts (name → hostvars) to
-    group `other`."""
+    """A YAML-structured inventory: one group per kind (`kind_healthy`, `kind_neighbour_oom`,
+    …) under `gpu_nodes`, the connection settings in `all: vars:` (an `oom` node's job
+    cgroup in its `runbook_vars`); `extra` adds hosts (name → hostvars) to group `other`."""
     children: dict[str, Any] = {}
     for name, (host, kind) in hosts.items():
-        group = children.setdefault(f"kind_{kind}", {"hosts": {}})
-        group["hosts"][name] = {"ansible_host": host.address, "ansible_port": host.port}
+        group = children.setdefault(f"kind_{kind.replace('-', '_')}", {"hosts": {}})
+        entry: dict[str, Any] = {"ansible_host": host.address, "ansible_port": host.port}
+        if kind == "oom":
+            # the node runs a job whose cgroup the inventory knows (a scheduler's dynamic
+            # inventory would): its OOM is that job's
+            entry["runbook_vars"] = {"cgroup_dir": JOB_CGROUP_DIR}
+        group["hosts"][name] = entry
     tree: dict[str, Any] = {
         "all": {
             "vars": group_vars(network, known_hosts),

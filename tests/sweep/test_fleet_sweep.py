@@ -1,7 +1,9 @@
 """A sweep of 30 real SSH test hosts (and two addresses nobody answers on) with the shipped
-runbook, as the nightly job would run it: healthy nodes, memcg OOMs, Xid 79s, a node whose
-kernel-log read never returns, one whose sshd accepts TCP and never speaks (SIGSTOP), one whose
-host key changed, an address with no host and a port nobody listens on.
+runbook, as the nightly job would run it: healthy nodes, memcg OOMs of the job each node's
+inventory entry names, nodes running no job whose kernel log holds another cgroup's OOM kill
+(a real one), Xid 79s, a node whose kernel-log read never returns, one whose sshd accepts TCP
+and never speaks (SIGSTOP), one whose host key changed, an address with no host and a port
+nobody listens on.
 
 It must give every host its verdict or its error, write all four reports, queue the findings'
 proposals, and cut the hung hosts off at their deadline without holding up the others: the
@@ -19,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from runbook.render.sweep_summary import summary_lines
+from runbook.sweep.results import SweepResult
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.integration.conftest import cli_env
 from tests.sweep import fleet
@@ -29,7 +33,10 @@ pytestmark = [pytest.mark.ssh, pytest.mark.live]
 DEADLINE = 10.0
 FORKS = 16
 #: the hung kinds first, so their deadlines run alongside the others' work
-KINDS = ["hang", "stopped", "rekeyed", *["oom"] * 3, *["xid"] * 3, *["healthy"] * 21]
+KINDS = [
+    "hang", "stopped", "rekeyed", *["oom"] * 3, *["xid"] * 3, *["neighbour-oom"] * 3,
+    *["healthy"] * 18,
+]  # fmt: skip
 
 
 @dataclass
@@ -220,7 +227,7 @@ def test_junit_has_a_case_per_host_failures_for_findings_errors_for_the_unreacha
         if kind in ("oom", "xid"):
             failure = case.find("failure")
             assert failure is not None and failure.get("type") == fleet.EXPECTED[kind]
-        elif kind == "healthy":
+        elif kind in ("healthy", "neighbour-oom"):
             assert case.find("failure") is None and case.find("error") is None
         else:
             error = case.find("error")
@@ -254,8 +261,44 @@ def test_findings_are_queued_for_approval_and_nothing_else_is(swept: Swept) -> N
         # sweep.json names the queued proposals of each host
         assert set(swept.host(name)["queued"]) == {p.id for p in proposals if p.node == name}
     for name in swept.of_kind("oom"):
-        # nothing ties the OOM to a job (no pod, no --cgroup) and no peak was measured: a
-        # memory-limit would be advice with its inputs missing, never queued; never a drain
+        # the job's cgroup is known but its peak was not measured (the cgroup's files are not
+        # on the node any more): a memory-limit would be advice with its inputs missing,
+        # never queued; never a drain
         assert "memory-limit" not in by_node.get(name, set())
         assert "node-drain" not in by_node.get(name, set())  # never a drain on a memory verdict
-    assert not set(by_node) & set(swept.of_kind("healthy"))
+    assert not set(by_node) & set(swept.of_kind("healthy") + swept.of_kind("neighbour-oom"))
+
+
+def test_a_neighbours_oom_on_a_node_running_no_job_is_context_not_a_finding(
+    swept: Swept,
+) -> None:
+    """Every node where some pod once hit its own limit must not be a finding: the sweep would
+    flag half a fleet and be ignored. The OOM stays in the verdict, under also_seen."""
+    for name in swept.of_kind("neighbour-oom"):
+        host = swept.host(name)
+        verdict = host["verdict"]
+        assert (host["status"], verdict["root_cause"]) == ("healthy", "healthy"), verdict["chain"]
+        assert verdict["chain"] == [] and verdict["first_anomaly"] is None
+        (seen,) = [a for a in verdict["also_seen"] if "memcg OOM killed" in a["finding"]]
+        assert seen["finding"].startswith("memcg OOM killed python3 in /rbk-scn-"), seen
+        assert "no job is under diagnosis" in seen["finding"] and seen.get("cause") is None
+        assert seen["evidence"][0]["source"] == "dmesg.txt"
+
+
+def test_the_sweep_summary_does_not_count_a_neighbours_oom_as_a_finding(swept: Swept) -> None:
+    """The lines `runbook sweep` prints, sweep.md and runbook.prom, for the same sweep."""
+    neighbours = swept.of_kind("neighbour-oom")
+    lines = summary_lines(SweepResult.from_dict(swept.data), [])
+    assert ": 21 healthy, 6 findings, " in lines[0], lines[0]
+    findings = lines[lines.index("findings, worst first:") + 1 :]
+    listed = {line.split()[0] for line in findings if line.startswith("  ")}
+    assert listed >= set(swept.of_kind("oom") + swept.of_kind("xid"))
+    assert not listed & set(neighbours), lines
+    text = (swept.report / "sweep.md").read_text()
+    found = text.split("## Findings, worst first", 1)[1].split("## Not swept", 1)[0]
+    assert not [n for n in neighbours if n in found], found
+    healthy_line = next(line for line in text.splitlines() if line.startswith("Healthy: "))
+    assert all(n in healthy_line for n in neighbours), healthy_line
+    samples = parse_prom((swept.report / "runbook.prom").read_text())
+    causes = {labels["node"]: labels["cause"] for labels, _ in samples["runbook_root_cause"]}
+    assert {causes[n] for n in neighbours} == {"healthy"}
