@@ -20,8 +20,8 @@ who is not allowed, untouched); after the claim the proposal is never run again.
 
 from __future__ import annotations
 
-import getpass
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,10 +49,15 @@ class Refused(RunbookError):
 
 
 def os_user() -> str:
+    """Who runs this, from the OS (uid → passwd), never from LOGNAME/USER: the environment is
+    the caller's to set, and `LOGNAME=alice runbook approvals deny` must not record alice."""
+    import pwd
+
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "unknown"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def actor_name(as_user: str | None) -> str:

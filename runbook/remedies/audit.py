@@ -17,6 +17,7 @@ fsync before returning.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import fcntl
 import hashlib
 import json
@@ -93,8 +94,22 @@ class AuditLog:
         data: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Append one entry and return it (with its seq and hash)."""
+        from runbook.remedies.owned import NotOwnedError, check_dir, check_fd
+
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        check_dir(self.path.parent, f"audit log {self.path}")
+        try:
+            # never appended through a link another user placed
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotOwnedError(f"audit log {self.path} is a symbolic link; refusing") from None
+            raise
+        try:
+            check_fd(fd, self.path, "audit log")
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "r+b", buffering=0) as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
@@ -130,6 +145,10 @@ class AuditLog:
     def entries(self) -> Iterator[dict[str, Any]]:
         if not self.path.exists():
             return
+        from runbook.remedies.owned import check_dir, check_file
+
+        check_dir(self.path.parent, f"audit log {self.path}")
+        check_file(self.path, "audit log")
         with self.path.open(encoding="utf-8") as handle:
             for line in handle:
                 if line.strip():

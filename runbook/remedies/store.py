@@ -221,12 +221,17 @@ class Store:
         """`readonly`: for commands that only read (`approvals list`, `show`, `audit verify`):
         nothing is created or written, so they work on a full disk; an absent store reads as
         an empty one."""
+        from runbook.remedies.owned import check_store
+
         self.path = path
         if readonly:
+            check_store(path)  # a plan in it is shown as what would run
             self._open_readonly(path, timeout)
             return
         try:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # another user's store (or one they can write) holds plans they could rewrite
+            check_store(path)
             if not path.exists():
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
             self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
