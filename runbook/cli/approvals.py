@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -81,7 +82,9 @@ def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
     """The approval desk; `readonly` for commands that only read (they work on a full disk)."""
     from runbook.remedies.approval import Desk
 
-    return Desk(load_config(ctx, db=(ctx.obj or {}).get("db")), readonly=readonly)
+    # a reading command sends no notice: a bad notify setting only warns there
+    cfg = load_config(ctx, db=(ctx.obj or {}).get("db"), notifies=not readonly)
+    return Desk(cfg, readonly=readonly)
 
 
 def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
@@ -129,10 +132,11 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
         wanted = None if "all" in states else (states or ("pending", "running"))
         items = desk.store.list(states=wanted)
     if fmt == "json":
-        click.echo(json.dumps([p.as_dict() for p in items], indent=2, default=str))
+        click.echo(json.dumps([p.to_json() for p in items], indent=2, default=str))
         return
     # a pipe gets whole lines (rich would wrap at 80 columns)
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+    wide = sys.stdout.isatty() or os.environ.get("COLUMNS")  # COLUMNS honoured, as rich does
+    console = Console(highlight=False, width=None if wide else 240)
     if not items:
         console.print("no proposals" + (f" in state {', '.join(wanted)}" if wanted else ""))
         return
@@ -187,12 +191,25 @@ def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -
         console.print(f"  - {escape(str(link.get('stage')))}: {escape(str(link.get('finding')))}")
     plan = p.plan or {}
     if "playbook" in plan:
+        from runbook.remedies.plans import inventory_hosts
+
+        # where it will run, as Ansible will be told (the name typed, the address it resolves to)
+        runs_on = plan.get("runs_on") or inventory_hosts(plan.get("inventory") or {})
+        console.print(f"  runs on: {escape(str(runs_on))}")
         console.print(f"  playbook: playbooks/{plan['playbook']}")
         for line in plan.get("describe") or []:
             console.print(f"    {escape(str(line))}")
         console.print("  variables:")
         for key, value in sorted((plan.get("extravars") or {}).items()):
             console.print(f"    {key} = {escape(_value(value))}")
+        if not brief:
+            # the inventory as Ansible will get it: how each host is reached
+            console.print("  inventory:")
+            hosts = ((plan.get("inventory") or {}).get("all") or {}).get("hosts") or {}
+            for host, hostvars in hosts.items():
+                console.print(f"    {escape(str(host))}:")
+                for key, value in sorted((hostvars or {}).items()):
+                    console.print(f"      {key} = {escape(_value(value))}")
     else:
         console.print(f"  [yellow]not executable:[/] {escape(str(plan.get('error')))}")
     console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}")
@@ -225,7 +242,7 @@ def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     with _desk(ctx, readonly=True) as desk:
         p = desk.store.get(pid)
     if fmt == "json":
-        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        click.echo(json.dumps(p.to_json(), indent=2, default=str))
         return
     show_proposal(output_console(), p)
 
@@ -239,7 +256,7 @@ def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     """Run the proposal's playbook in check mode and show the diff of what it would change
     (exit 1 if the check run failed). --format json: {"id", "ok", "check": {..., "diff"}};
     the tasks as they run go to stderr."""
-    console = Console(highlight=False, stderr=fmt == "json")
+    console = output_console(stderr=fmt == "json")  # no hard wrap into a pipe or a file
     with _desk(ctx) as desk:
         result = desk.preview(pid, on_task=task_printer(console))
     if fmt == "json":
@@ -292,7 +309,7 @@ def approve_cmd(
     why it did not succeed, else null); the progress goes to stderr."""
     from runbook.remedies import live
 
-    console = Console(highlight=False, stderr=fmt == "json")
+    console = output_console(stderr=fmt == "json")  # no hard wrap into a pipe or a file
     with _desk(ctx) as desk:
         p = desk.store.get(pid)
         if no_recheck:
@@ -320,7 +337,7 @@ def approve_cmd(
         click.echo(json.dumps({
             "ok": execution.ok,
             "reason": execution.reason,
-            "proposal": execution.proposal.as_dict(),
+            "proposal": execution.proposal.to_json(),
             "check": execution.check.as_dict(),
             "apply": execution.apply.as_dict() if execution.apply is not None else None,
         }, indent=2, default=str))
@@ -346,7 +363,7 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None, fmt
     with _desk(ctx) as desk:
         p = desk.deny(pid, reason=reason, as_user=as_user)
     if fmt == "json":
-        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        click.echo(json.dumps(p.to_json(), indent=2, default=str))
         return
     click.echo(f"{p.id} denied by {p.decided_by}: {reason}")
 
@@ -369,7 +386,7 @@ def recover_cmd(
     with _desk(ctx) as desk:
         p = desk.recover(pid, as_user=as_user, force=force)
     if fmt == "json":
-        click.echo(json.dumps(p.as_dict(), indent=2, default=str))
+        click.echo(json.dumps(p.to_json(), indent=2, default=str))
         return
     click.echo(f"{p.id} recovered: failed ({(p.result or {}).get('error')})")
 
@@ -584,7 +601,11 @@ class _Prompts:
             self.decided(p.id, p.state)  # decided elsewhere meanwhile (`runbook approvals …`)
             return
         if not self.interactive:
-            console.print(f"  queued: runbook approvals show {p.id} / approve {p.id}")
+            from runbook.cli.verify_offer import approvals_command
+
+            # whole commands, each one that runs as printed (the store named when not default)
+            console.print(f"  queued: {escape(approvals_command(self.desk, 'show', p.id))}")
+            console.print(f"          {escape(approvals_command(self.desk, 'approve', p.id))}")
             return
         if item.plan is None:
             console.print(f"  left in the queue as {p.id}: it cannot run as it is")

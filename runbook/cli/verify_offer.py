@@ -26,17 +26,28 @@ if TYPE_CHECKING:
     from runbook.remedies.approval import Desk
 
 
-def verify_command(desk: Desk, proposal: QueuedProposal, *, target: str | None = None) -> str:
-    """`runbook verify ID --target URL` (with `--db` when the store is not the configured one)."""
+def store_args(desk: Desk) -> list[str]:
+    """`--db FILE` when the desk's store is not the one a plain command would open (the demo's
+    scratch store, a --db given to this command): a printed command must reach this queue."""
     from runbook import config as config_mod
 
-    argv = ["runbook", "verify", proposal.id]
     try:
         default_db = config_mod.load(desk.config.source).db
     except Exception:  # an unreadable config: name the store explicitly
         default_db = None
     if default_db is None or Path(desk.config.db) != Path(default_db):
-        argv += ["--db", str(desk.config.db)]
+        return ["--db", str(desk.config.db)]
+    return []
+
+
+def approvals_command(desk: Desk, verb: str, pid: str) -> str:
+    """`runbook approvals VERB ID`, with the store named when it is not the default one."""
+    return shlex.join(["runbook", "approvals", verb, pid, *store_args(desk)])
+
+
+def verify_command(desk: Desk, proposal: QueuedProposal, *, target: str | None = None) -> str:
+    """`runbook verify ID --target URL` (with `--db` when the store is not the configured one)."""
+    argv = ["runbook", "verify", proposal.id, *store_args(desk)]
     url = target or (proposal.target or {}).get("url")
     if url:
         argv += ["--target", str(url)]
@@ -68,9 +79,13 @@ def offer_verification(
         return
     target = plans.Target.from_dict(proposal.target) if proposal.target else None
     if target is None or not target.live:
-        node = proposal.node or "NODE"
-        command = verify_command(desk, proposal, target=f"ssh://root@{node}")
-        console.print(f"  check that the fix held, on the live node: {escape(command)}")
+        # a recorded bundle (the demo's too) is not a node: the live one is for the user to
+        # name, never a host invented from the bundle's node name
+        command = verify_command(desk, proposal, target="ssh://NODE")
+        console.print(
+            "  check that the fix held, on the live node (this proposal came from a recorded "
+            f"bundle; NODE is yours to name): {escape(command)}"
+        )
         return
     command = verify_command(desk, proposal)
     if not interactive:

@@ -84,8 +84,9 @@ def test_without_a_terminal_the_approval_prints_the_exact_verify_command(tmp_pat
     assert lines[0].strip() == (f"check that the fix held: runbook verify {live.id} --db "
                                 f"{tmp_path / 'other.db'} --target ssh://root@gpu-node-07:2222")
     # a bundle is not a node: no prompt, the command for the live node instead
-    assert f"on the live node: runbook verify {replayed.id}" in lines[1]
-    assert "--target ssh://root@rc-verify" in lines[1]
+    assert f"NODE is yours to name): runbook verify {replayed.id}" in lines[1]
+    # never a host made up from the bundle's node name (the demo's gpu-node-07 is nowhere)
+    assert lines[1].endswith("--target ssh://NODE") and "rc-verify" not in lines[1]
 
 
 @pytest.fixture(scope="module")
