@@ -89,6 +89,33 @@ def _ranks_and_gpus(facts: Facts) -> tuple[float, float]:
     return ranks, gpus
 
 
+# -- rank-lifecycle ------------------------------------------------------------------------------
+
+
+@_derived
+def job_known(facts: Facts, variables: Variables) -> bool:
+    """A job is under diagnosis on this node: a pod or its cgroup was named (`--var pod`,
+    `--var cgroup_dir`), the pod object was read, or the job's application or NCCL logs were
+    found. Without one (a sweep or a node check of a node that runs no job), an OOM here is
+    another workload's limit: context, never the verdict."""
+    if any(str(variables.get(name) or "").strip() for name in ("pod", "cgroup_dir")):
+        return True
+    if _section(facts, "kube", "pod").get("uid"):
+        return True
+    applog = _section(facts, "applog")
+    ranks = applog.get("ranks")
+    return bool(
+        applog.get("app_collected")
+        or (
+            isinstance(ranks, list)
+            and any(
+                isinstance(r, Mapping) and str(r.get("source") or "").startswith("nccl/")
+                for r in ranks
+            )
+        )
+    )
+
+
 # -- rdma-socket ---------------------------------------------------------------------------------
 
 
