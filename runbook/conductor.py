@@ -21,7 +21,7 @@ from typing import Any
 from runbook import derived as derived_facts
 from runbook import templating
 from runbook.errors import StateError, TemplateError
-from runbook.spec.models import END, Derive, Rule, Runbook, Stage
+from runbook.spec.models import END, SKIPPED_BECAUSE, Derive, Rule, Runbook, Stage
 from runbook.transports.base import CommandResult, Probe
 
 #: a command template that reads what the walk found so far (an earlier stage's facts, this
@@ -221,13 +221,15 @@ class Conductor:
         return found
 
     def should_run(self, stage: Stage) -> tuple[bool, str]:
-        """A stage's own `when`; an expression error is reported and the stage runs."""
+        """A stage's own `when`, and why it is skipped when it is false: its `skip_reason`, a
+        sentence (never the expression). An expression error is reported and the stage runs."""
         if not stage.when:
             return True, ""
         try:
-            return bool(templating.evaluate(stage.when, self.context())), f"when: {stage.when}"
+            run = bool(templating.evaluate(stage.when, self.context()))
         except TemplateError as exc:
             return True, exc.one_line()
+        return run, stage.skip_reason or SKIPPED_BECAUSE
 
     def probes(self, stage: Stage) -> tuple[list[Probe], list[str]]:
         """The stage's rendered probes, and an error per template that would not render."""

@@ -367,9 +367,11 @@ class _Walk:
         index = self.stage_ids.index(stage.id) + 1
         run_it, why = conductor.should_run(stage)
         if not run_it and not self.collect_all:
-            record = conductor.skip(stage.id, f"skipped: {why} is false")
+            record = conductor.skip(stage.id, f"skipped: {why}")
             if self.run_dir:
                 self.run_dir.save_state(conductor.to_state())
+            # a skipped stage keeps its number in the walk: it starts, runs nothing, is done
+            self.observer.stage_started(stage, index, len(self.stage_ids), [])
             self.observer.stage_done(stage, record)
             return
         probes, template_errors = conductor.probes(stage)

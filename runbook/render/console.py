@@ -63,9 +63,10 @@ class GuidedConsole:
         if record.status is StageStatus.SKIPPED:
             if self.quiet:
                 return
-            self.console.print(
-                f"\n[dim]━━ {escape(stage.title)} ({stage.id}): {escape(record.reason)}[/]"
-            )
+            # numbered by stage_started like every stage; the reason is the runbook's sentence
+            why = record.reason.removeprefix("skipped: ")
+            where = record.next or "end of runbook"
+            self.console.print(f"  [dim]skipped[/] → {escape(where)} [dim]({escape(why)})[/]")
             return
         for finding in record.findings:
             cause = f" [dim]→ {finding.cause}[/]" if finding.cause else ""

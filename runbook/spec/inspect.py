@@ -174,6 +174,11 @@ class _Checker:
         for position, stage in enumerate(self.runbook.stages):
             path = index_path("stages", position)
             self.expression(key_path(path, "when"), stage.when)
+            if stage.skip_reason and not stage.when:
+                self.warn(
+                    key_path(path, "skip_reason"),
+                    "the stage has no `when`, so it is never skipped: the reason is never shown",
+                )
             derive_path = key_path(path, "derive")
             for number, fact in enumerate(stage.derive):
                 where = key_path(derive_path, fact.name)

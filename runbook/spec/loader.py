@@ -49,8 +49,8 @@ _RESERVED_VARS = ("facts", "vars", "results")
 
 RUNBOOK_KEYS = ("id", "title", "description", "vars", "surfaced_as", "stages", "remedies")
 STAGE_KEYS = (
-    "id", "title", "description", "timeout", "when", "collect", "parse", "derive", "match",
-    "decide",
+    "id", "title", "description", "timeout", "when", "skip_reason", "collect", "parse",
+    "derive", "match", "decide",
 )  # fmt: skip
 #: how a stage's rules are matched: every rule whose `when` holds, or only the first
 MATCH_MODES = ("all", "first")
@@ -467,6 +467,7 @@ class _Builder:
                 for rule in self.items(data, "decide", path, what="a list of rules")
             ),
             when=self.text(data, "when", path),
+            skip_reason=self.sentence(data, "skip_reason", path),
             timeout=self.timeout(data, path),
             description=self.text(data, "description", path) or "",
             match=self.match(data, path),
@@ -504,6 +505,20 @@ class _Builder:
                 item,
             )
         return tuple(result)
+
+    def sentence(self, data: LineMap, key: str, path: str) -> str:
+        """A plain sentence for people (not a template: it is shown as written), on one line."""
+        value = self.text(data, key, path)
+        if value is None:
+            return ""
+        if any(mark in value for mark in ("{{", "{%", "{#")):
+            self.syntax(
+                key_path(path, key),
+                data.value_lines[key],
+                "must be a plain sentence, not a template: it is shown as written",
+            )
+            return ""
+        return " ".join(value.split())
 
     def flag(self, data: LineMap, key: str, path: str) -> bool:
         value = data.get(key)

@@ -13,6 +13,7 @@ A runbook (YAML; documented in docs/runbook-format.md)::
         title: cgroup memory
         timeout: 30                  # per command, seconds (default 30)
         when: vars.cgroup_dir != ''  # optional: run the stage only if true, else `skipped`
+        skip_reason: no cgroup given (--cgroup DIR)  # optional: why, as the walk says it
         collect:                     # bundle file name -> shell command template
           cgroup/memory.events: "cat {{ cgroup_dir }}/memory.events"
         parse: cgroup                # a registered parser name, or a list of names
@@ -60,6 +61,9 @@ ROOT_CAUSES = (
 END = "end"
 
 DEFAULT_TIMEOUT = 30.0
+
+#: why a stage whose `when` is false was skipped, when its runbook gives no `skip_reason`
+SKIPPED_BECAUSE = "its condition does not hold"
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,9 @@ class Stage:
     derive: tuple[Derive, ...] = ()
     decide: tuple[Rule, ...] = ()
     when: str | None = None
+    #: why the stage is skipped when its `when` is false: a sentence for the walk and the
+    #: verdict (say how to run it), never an expression; default SKIPPED_BECAUSE
+    skip_reason: str = ""
     timeout: float = DEFAULT_TIMEOUT
     description: str = ""
     #: `all`: every rule whose `when` holds records its finding; `first`: only the first one
