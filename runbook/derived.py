@@ -17,6 +17,7 @@ an error. The values are JSON (booleans and strings), recorded with the stage's 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -199,3 +200,58 @@ def rdma_fine_because(facts: Facts, variables: Variables) -> str:
             "(a single-node job does not need one)"
         )
     return said + "; the node has no RDMA device and NCCL did not fail for want of one"
+
+
+# -- gpu-pcie ------------------------------------------------------------------------------------
+
+#: a recovery action that asks for the node to be drained or rebooted
+_DRAIN_ACTION = re.compile(r"(?i)drain|reboot", re.MULTILINE)
+
+
+def _matching(items: Any, key: str, pattern: re.Pattern[str]) -> list[Any]:
+    """The mappings in `items` whose `key` holds text `pattern` finds (none is no match)."""
+    if not isinstance(items, list):
+        return []
+    return [
+        item
+        for item in items
+        if isinstance(item, Mapping)
+        and item.get(key) is not None
+        and pattern.search(str(item[key])) is not None
+    ]
+
+
+@_derived
+def gpus_missing(facts: Facts, variables: Variables) -> bool:
+    """Fewer GPUs answer nvidia-smi than the PCI bus shows NVIDIA GPUs."""
+    on_pci = _number(_section(facts, "rdma").get("gpus_on_pci")) or 0
+    answering = _number(_section(facts, "nvidia_smi").get("gpu_count")) or 0
+    return bool(on_pci and answering and answering < on_pci)
+
+
+@_derived
+def gpu_drain_fault(facts: Facts, variables: Variables) -> bool:
+    """A GPU fault that justifies a drain: a GPU lost (nvidia-smi exit 15), uncorrectable
+    volatile ECC, a failed row remap, retired pages pending, GPUs missing from nvidia-smi, or a
+    recovery action that asks for a drain or a reboot."""
+    smi = _section(facts, "nvidia_smi")
+    return bool(
+        smi.get("gpu_lost")
+        or smi.get("remap_failure")
+        or (_number(smi.get("uncorrectable_ecc_volatile")) or 0) > 0
+        or smi.get("retired_pages_pending")
+        or gpus_missing(facts, variables)
+        or _matching(smi.get("recovery_actions"), "action", _DRAIN_ACTION)
+    )
+
+
+# -- shm-p2p -------------------------------------------------------------------------------------
+
+#: an NCCL WARN about peer access, peer mappings, P2P or CUDA IPC
+_P2P_WARN = re.compile(r"(?i)peer access|peer mapping|P2P|cudaIpc|IPC handle", re.MULTILINE)
+
+
+@_derived
+def p2p_warns(facts: Facts, variables: Variables) -> list[Any]:
+    """NCCL's WARNs about GPU peer access, peer mappings, P2P or CUDA IPC (a list of them)."""
+    return _matching(_section(facts, "nccl_log").get("warns"), "message", _P2P_WARN)

@@ -57,17 +57,41 @@ FORMER = {
 }
 
 
-def _former(facts: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
+#: the gpu-pcie and shm-p2p stages' former expressions, the same way
+FORMER_GPU = {
+    "gpus_missing": (
+        "true if (facts.rdma.gpus_on_pci and facts.nvidia_smi.gpu_count"
+        " and facts.nvidia_smi.gpu_count < facts.rdma.gpus_on_pci) else false"
+    ),
+    "gpu_drain_fault": (
+        "true if (facts.nvidia_smi.gpu_lost or facts.nvidia_smi.remap_failure"
+        " or (facts.nvidia_smi.uncorrectable_ecc_volatile or 0) > 0"
+        " or facts.nvidia_smi.retired_pages_pending or facts.derived.gpus_missing"
+        " or (facts.nvidia_smi.recovery_actions | selectattr('action', 'search',"
+        " '(?i)drain|reboot') | list)) else false"
+    ),
+    "p2p_warns": (
+        "facts.nccl_log.warns | selectattr('message', 'search',"
+        " '(?i)peer access|peer mapping|P2P|cudaIpc|IPC handle') | list"
+    ),
+}
+
+
+def _former(
+    facts: dict[str, Any], variables: dict[str, Any], former: dict[str, str] = FORMER
+) -> dict[str, Any]:
     """What the former expressions gave, each seeing the ones before it (as a stage did)."""
     found: dict[str, Any] = {}
-    for name in RDMA_SOCKET:
+    for name, expression in former.items():
         ctx = {**variables, "facts": {**facts, "derived": dict(found)}}
-        found[name] = templating.evaluate(FORMER[name], ctx)
+        found[name] = templating.evaluate(expression, ctx)
     return found
 
 
-def _now(facts: dict[str, Any], variables: dict[str, Any]) -> dict[str, Any]:
-    return {name: derived.compute(name, facts, variables) for name in RDMA_SOCKET}
+def _now(
+    facts: dict[str, Any], variables: dict[str, Any], former: dict[str, str] = FORMER
+) -> dict[str, Any]:
+    return {name: derived.compute(name, facts, variables) for name in former}
 
 
 def _maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -153,6 +177,91 @@ def test_the_predicates_say_what_the_runbooks_expressions_said_for_any_facts(
     facts = _drop_absent(facts)
     variables = {"nodes": nodes}
     assert _now(facts, variables) == _former(facts, variables)
+
+
+TEXTS = st.sampled_from(
+    [None, 3, "", "None", "Drain and Reset", "Reboot", "RESET", "GPU peer access failed",
+     "cudaIpcOpenMemHandle failed", "IPC handle", "P2P/IPC", "socket timeout"]
+)  # fmt: skip
+
+
+def _items(key: str) -> st.SearchStrategy[list[Any]]:
+    """Lists of mappings with `key` (or without it, or not mappings at all)."""
+    return st.lists(
+        st.one_of(
+            st.fixed_dictionaries({key: TEXTS}),
+            st.fixed_dictionaries({"gpu": TEXTS}),
+            st.just("not a mapping"),
+        ),
+        max_size=3,
+    )
+
+
+GPU_FACTS = st.fixed_dictionaries(
+    {
+        "nvidia_smi": _maybe(
+            st.fixed_dictionaries(
+                {
+                    "gpu_count": _maybe(COUNTS),
+                    "gpu_lost": _maybe(st.booleans()),
+                    "remap_failure": _maybe(st.one_of(st.none(), st.booleans())),
+                    "uncorrectable_ecc_volatile": _maybe(COUNTS),
+                    "retired_pages_pending": _maybe(st.one_of(st.none(), st.booleans())),
+                    "recovery_actions": _maybe(_items("action")),
+                }
+            )
+        ),
+        "rdma": _maybe(st.fixed_dictionaries({"gpus_on_pci": _maybe(COUNTS)})),
+        "nccl_log": _maybe(st.fixed_dictionaries({"warns": _maybe(_items("message"))})),
+    }
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(facts=GPU_FACTS)
+def test_the_gpu_and_p2p_predicates_say_what_their_expressions_said_for_any_facts(
+    facts: dict[str, Any],
+) -> None:
+    facts = _drop_absent(facts)
+    assert _now(facts, {}, FORMER_GPU) == _former(facts, {}, FORMER_GPU)
+
+
+@pytest.mark.parametrize(
+    "smi",
+    [{"gpu_lost": True}, {"remap_failure": True}, {"uncorrectable_ecc_volatile": 2},
+     {"retired_pages_pending": True}],
+)  # fmt: skip
+def test_each_hardware_fault_alone_justifies_a_drain(smi: dict[str, Any]) -> None:
+    assert derived.compute("gpu_drain_fault", {"nvidia_smi": smi}, {}) is True
+    healthy = {key: False if value is True else 0 for key, value in smi.items()}
+    assert derived.compute("gpu_drain_fault", {"nvidia_smi": healthy}, {}) is False
+
+
+def test_a_drain_is_justified_by_a_recovery_action_or_missing_gpus_not_a_reset() -> None:
+    reset = {"nvidia_smi": {"recovery_actions": [{"gpu": 0, "action": "GPU Reset"}]}}
+    assert derived.compute("gpu_drain_fault", reset, {}) is False
+    for action in ("Drain and Reset", "Node Reboot Required"):
+        drain = {"nvidia_smi": {"recovery_actions": [{"gpu": 0, "action": action}]}}
+        assert derived.compute("gpu_drain_fault", drain, {}) is True, action
+    missing = {"nvidia_smi": {"gpu_count": 7}, "rdma": {"gpus_on_pci": 8}}
+    assert derived.compute("gpus_missing", missing, {}) is True
+    assert derived.compute("gpu_drain_fault", missing, {}) is True
+    assert derived.compute("gpus_missing", {"nvidia_smi": {"gpu_count": 8}}, {}) is False
+
+
+def test_p2p_warns_are_nccls_warnings_about_peer_access_only() -> None:
+    warns = [
+        {"message": "Cuda failure 'peer access is not supported'"},
+        {"message": "timeout"},
+        {"message": "cudaIpcOpenMemHandle failed"},
+        {"message": "failed to get peer mapping"},
+        {"message": "invalid IPC handle"},
+        {"message": "P2P is disabled"},
+        {"text": "no message"},
+    ]
+    found = derived.compute("p2p_warns", {"nccl_log": {"warns": warns}}, {})
+    assert found == [warns[0], *warns[2:6]]
+    assert derived.compute("p2p_warns", {}, {}) == []
 
 
 def test_a_node_that_gave_no_facts_at_all_gets_an_answer_not_an_error() -> None:
