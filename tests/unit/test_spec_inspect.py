@@ -213,7 +213,7 @@ ONE_ISSUE = [
         stage("    colour: blue\n"),
         Want("syntax", "stages[0].colour", 4, message=(
             "unknown key 'colour' (expected one of: collect, decide, derive, description, id, "
-            "match, parse, timeout, title, when)"
+            "match, parse, skip_reason, timeout, title, when)"
         )),
     ),
     case("duplicate-yaml-key-at-the-second-one", stage("    title: one\n    title: two\n"),
