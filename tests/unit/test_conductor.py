@@ -226,3 +226,61 @@ def test_to_state_keeps_an_unchanged_record_and_redoes_a_changed_one() -> None:
     # and what it gives is what a conductor without the reuse would give
     fresh = Conductor(_runbook(), state=json.loads(json.dumps(third)))
     assert json.dumps(fresh.to_state(), sort_keys=True) == json.dumps(third, sort_keys=True)
+
+
+def _unrenderable() -> Runbook:
+    """A stage whose messages need arithmetic on a fact the node did not give."""
+    return Runbook(
+        id="t",
+        title="t",
+        stages=(
+            Stage(
+                "gpu",
+                "GPU and PCIe",
+                decide=(
+                    Rule(
+                        finding="{{ facts.smi.gpu_count + 1 }} GPUs",
+                        cause="gpu-hardware",
+                        propose=("drain",),
+                        rule_out=(RuleOut("pcie-error", "{{ facts.aer.count * 2 }} reports"),),
+                    ),
+                ),
+            ),
+        ),
+        remedies=(
+            Remedy("drain", "node-drain", "Cordon and drain the node",
+                   summary="drain {{ facts.kube.node.name ~ 1 + 1 }}",
+                   params={"node": "{{ facts.kube.node.cpus + 1 }}"}),
+        ),
+    )  # fmt: skip
+
+
+def test_a_message_that_cannot_be_rendered_is_a_sentence_and_its_error_names_no_template() -> None:
+    record = Conductor(_unrenderable()).record("gpu", {}, {})
+    assert [f.text for f in record.findings] == [
+        "GPU and PCIe: evidence of gpu-hardware (details unavailable: smi was not collected)"
+    ]
+    assert record.ruled_out == [
+        {
+            "cause": "pcie-error",
+            "because": "the GPU and PCIe stage's evidence rules it out (details unavailable: aer "
+            "was not collected)",
+        }
+    ]
+    assert record.errors == [
+        "rule 1 finding: smi was not collected",
+        "rule 1 rule-out reason: aer was not collected",
+    ]
+
+
+def test_a_proposal_whose_summary_cannot_be_rendered_says_its_title_and_what_was_missing() -> None:
+    conductor = Conductor(_unrenderable())
+    conductor.record("gpu", {}, {"kube": {"pod": {}}})
+    proposal = next(
+        p for p in build_verdict(conductor, node="n").proposals if p.kind == "node-drain"
+    )
+    assert proposal.summary.endswith(
+        "Cordon and drain the node (details unavailable: kube.node was not collected)"
+    )
+    text = json.dumps(build_verdict(conductor, node="n").to_json())
+    assert "{{" not in text and "undefined" not in text.lower()
