@@ -202,21 +202,26 @@ class Bundle:
             error = exc.one_line() if isinstance(exc, BundleError) else str(exc)
             return CommandResult(name, command, collected=False, error=error)
         stderr = self._side(name + ".err") or ""
-        rc = (self._side(name + ".rc") or "").strip()
-        exited = int(rc) if rc.lstrip("-").isdigit() and len(rc) < 6 else 0
+        exited, timed_out, error = _status(self._side(name + ".rc"), stderr)
         return CommandResult(
             name,
             command,
+            duration=_timed_out_after(stderr) if timed_out else 0.0,
             stdout="" if lazy else read.data.decode("utf-8", errors="replace"),
             stderr=_noted(stderr, read.note(name)),
             exited=exited,
+            timed_out=timed_out,
+            error=error,
             truncated=read.truncated,
             source_path=str(path) if lazy else None,
             source_offset=read.offset if lazy else 0,
         )
 
     def _succeeded(self, name: str) -> bool:
-        return (self._side(name + ".rc") or "").strip() in ("0", "")
+        """No `.rc` (a file given as it is), or exit 0: a `.rc` of `timeout` or with no status
+        recorded is a command that did not finish, not a file to read."""
+        rc = self._side(name + ".rc")
+        return rc is None or rc.strip() == "0"
 
     def read_multi(self, pattern: str, command: str = "") -> CommandResult:
         """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
@@ -299,6 +304,34 @@ def unpack(archive: Path, target: Path) -> Path:
     if len(entries) == 1 and (entries[0] / "bundle.yaml").is_file():
         return entries[0]
     return target
+
+
+def _status(rc: str | None, stderr: str) -> tuple[int | None, bool, str | None]:
+    """A file's exit status, timed-out flag and error, as its `.rc` recorded them (write_result
+    and the collection module write them so): no `.rc` is a file given as it is (exit 0); a
+    number is the exit status; `timeout` is a command stopped by its time limit; an empty one
+    is a command that left no exit status (it could not start, the channel dropped), whose why
+    is the `runbook: …` note in `.err`. Never read as exit 0: a hung nvidia-smi's empty
+    output is not a node without a fault."""
+    if rc is None:
+        return 0, False, None
+    text = rc.strip()
+    if text.lstrip("-").isdigit() and len(text) < 6:
+        return int(text), False, None
+    if text == "timeout":
+        return None, True, None
+    notes = [line.removeprefix("runbook: ") for line in stderr.splitlines()
+             if line.startswith("runbook: ") and TRUNCATED_NOTE not in line]  # fmt: skip
+    return None, False, (notes[0] if notes else f"no exit status recorded (.rc: {text[:40]!r})")
+
+
+_TIMED_OUT_AFTER = re.compile(r"^runbook: timed out after ([0-9]+(?:\.[0-9]+)?)s$", re.M)
+
+
+def _timed_out_after(stderr: str) -> float:
+    """The seconds a timed-out command ran, as its `.err` note says (0 when it does not)."""
+    found = _TIMED_OUT_AFTER.findall(stderr)
+    return float(found[-1]) if found else 0.0
 
 
 def _noted(stderr: str, note: str | None) -> str:

@@ -278,3 +278,64 @@ def test_a_playbook_that_ran_on_no_host_is_not_a_success(
     assert result.ok is False
     assert result.reason == "the playbook ran on no host (its inventory or limit matched none)"
     assert not (tmp_path / "ab").exists()
+
+
+def _recorded_as(bundle: Path, result: Any) -> None:
+    """`result` written into the bundle as a collection writes it (runbook collect, a run's
+    bundle, and the Ansible collection module write the same .rc and .err)."""
+    from runbook.bundle import write_result
+
+    for side in (".rc", ".err"):
+        bundle.joinpath(result.name + side).unlink(missing_ok=True)
+    write_result(bundle, result)
+
+
+def test_a_bundle_whose_nvidia_smi_and_kernel_log_timed_out_clears_nothing(
+    cli, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """A hung nvidia-smi (a GPU off the bus hangs it) and a kernel log read cut off by its
+    time limit, replayed from the bundle: neither is evidence that the GPU is fine."""
+    from runbook.transports.base import CommandResult
+    from tests.tools import bundles
+
+    bundle = bundles.materialize("healthy", tmp_path / "bundle")
+    first = "".join((bundle / "dmesg.txt").read_text().splitlines(keepends=True)[:3])
+    _recorded_as(bundle, CommandResult("dmesg.txt", "dmesg -T", stdout=first, timed_out=True,
+                                       duration=30.0))  # fmt: skip
+    for name in ("nvidia-smi-L.txt", "nvidia-smi-q.txt", "nvidia-smi-query.csv"):
+        _recorded_as(bundle, CommandResult(name, "nvidia-smi", timed_out=True, duration=30.0))
+    analyzed = cli("analyze", str(bundle), "--format", "json", timeout=120)
+    assert analyzed.rc == 0, analyzed.stderr
+    verdict = analyzed.json()
+    assert verdict["root_cause"] != "healthy", verdict["ruled_out"]
+    assert "gpu-hardware" not in {r["cause"] for r in verdict["ruled_out"]}, verdict["ruled_out"]
+    stages = {s["id"]: s for s in verdict["stages"]}
+    assert stages["kernel-logs"]["not_collected"] == {"dmesg.txt": "timed out after 30.0s"}
+    assert stages["gpu-pcie"]["not_collected"]["nvidia-smi-q.txt"] == "timed out after 30.0s"
+
+
+def test_a_bundle_file_records_how_its_command_ended_and_is_read_back_so(tmp_path: Path) -> None:
+    from runbook.bundle import Bundle, BundleMeta, write_bundle
+    from runbook.transports.base import CommandResult
+
+    results = [
+        CommandResult("hung.txt", "nvidia-smi -q", stdout="partial\n", timed_out=True,
+                      duration=12.5),
+        CommandResult("dropped.txt", "dmesg -T", stdout="x" * 10, truncated=True,
+                      error="channel closed before the exit status"),
+        CommandResult("absent.txt", "dcgmi health -c", stderr="sh: 1: dcgmi: not found\n",
+                      exited=127),
+        CommandResult("fine.txt", "cat /proc/meminfo", stdout="MemTotal: 1 kB\n", exited=0),
+    ]  # fmt: skip
+    root = write_bundle(
+        tmp_path / "b", BundleMeta(node=NODE, collected_at="2026-12-05T10:00:00Z"), results
+    )
+    (root / "given.txt").write_text("a file given as it is, with no .rc\n")
+    bundle = Bundle.open(root)
+    hung, dropped, absent, fine, given = (
+        bundle.read(n) for n in ("hung.txt", "dropped.txt", "absent.txt", "fine.txt", "given.txt")
+    )
+    assert hung.timed_out and hung.exited is None and hung.failure == "timed out after 12.5s"
+    assert dropped.exited is None and dropped.failure == "channel closed before the exit status"
+    assert absent.exited == 127 and absent.failure == "command not found"
+    assert fine.ok and given.ok
