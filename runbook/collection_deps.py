@@ -147,13 +147,13 @@ def install(
     site: Path | None = None, wheel: Path | None = None, names: Sequence[str] = COLLECTIONS
 ) -> list[CollectionState]:
     """Install every collection in `names` that is not yet in site; what each is now."""
+    if wheel is not None and not wheel.is_file():
+        raise UsageError(f"no such wheel: {wheel}")
     site = site or site_dir()
     before = states(site, names)
     missing = [s.name for s in before if s.version is None]
     if not missing:
         return before
-    if wheel is not None and not wheel.is_file():
-        raise UsageError(f"no such wheel: {wheel}")
     try:
         with tempfile.TemporaryDirectory(prefix="runbook-ansible-") as tmp:
             source = wheel or download_wheel(Path(tmp))
