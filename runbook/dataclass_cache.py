@@ -15,9 +15,12 @@ flags) and kept for the next run. Nothing else changes: the code objects are the
 would have made. Only the command installs it (`runbook.start`), never an import of the
 library.
 
-Trust: as `__pycache__` (runbook/cache_dir.py): the directory must be this user's and writable by
-no one else, and so must the file; `RUNBOOK_NO_CACHE=1` turns it off. A missing, damaged or
-foreign file, or one that cannot be written, is code compiled as before, never an error.
+Trust: the file is read and written relative to the caches' directory held by descriptor
+(runbook/cache_dir.py: reached without following links into another user's hands, this
+user's alone), used only when it is a regular file of this user that no one else may write, and
+unmarshalled only when its HMAC under this user's key verifies; `RUNBOOK_NO_CACHE=1` turns it
+off. A missing, damaged or foreign file, or one that cannot be written, is code compiled as
+before, never an error.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ import importlib.util
 import logging
 import marshal
 import os
-import stat
 import sys
 from pathlib import Path
 from types import CodeType
@@ -42,6 +44,8 @@ log = logging.getLogger(__name__)
 #: more entries than this (old versions' classes piling up) and the file keeps only this run's
 MAX_ENTRIES = 4000
 _MAX_FILE_BYTES = 32 * 1024 * 1024
+#: what a file starts with (after its HMAC): the format, and the bytecode it holds
+_HEAD = b"runbook dataclasses 2\n" + importlib.util.MAGIC_NUMBER
 
 
 def file_name() -> str:
@@ -50,13 +54,29 @@ def file_name() -> str:
 
 
 class Cache:
-    """Compiled code by the source text dataclasses generated; `exec` is what it installs."""
+    """Compiled code by the source text dataclasses generated; `exec` is what it installs.
+    `directory`: the held descriptor of the caches' directory; `secret`: this user's key."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.stored = _read(path)
+    def __init__(self, directory: int, secret: bytes, name: str | None = None) -> None:
+        self.directory = directory
+        self.secret = secret
+        self.name = name or file_name()
+        self.stored = self._read()
         self.new: dict[str, bytes] = {}
         self.used: set[str] = set()
+
+    @classmethod
+    def open(cls, directory: Path, name: str | None = None) -> Cache | None:
+        """The cache kept in `directory` (see the module docstring); None when that is not
+        safe or holds no usable key."""
+        fd = cache_dir.held(directory, "dataclass")
+        if fd is None:
+            return None
+        secret = cache_dir.key(fd)
+        if secret is None:
+            os.close(fd)
+            return None
+        return cls(fd, secret, name)
 
     def exec(self, source: Any, globals: Any = None, locals: Any = None, /) -> None:
         # what dataclasses asked for, as it asked: its own generated methods
@@ -74,58 +94,43 @@ class Cache:
         written it since), replaced whole by rename."""
         if not self.new:
             return
-        entries = _read(self.path)
+        entries = self._read()
         entries.update(self.new)
         if len(entries) > MAX_ENTRIES:
             entries = {k: v for k, v in entries.items() if k in self.used}
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}")
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(temporary, flags, 0o600), "wb") as out:
-                marshal.dump(entries, out)
-            os.replace(temporary, self.path)
+            content = _HEAD + marshal.dumps(entries)
+            cache_dir.write_own(self.directory, self.name, cache_dir.seal(self.secret, content))
         except (OSError, ValueError) as exc:
             log.debug("dataclass cache: not written: %s", exc)
-            try:
-                temporary.unlink()
-            except OSError:
-                pass
+
+    def _read(self) -> dict[str, bytes]:
+        """The file's entries; nothing when it is missing, damaged, not this user's alone, or
+        not sealed with this user's key."""
+        data = cache_dir.read_own(self.directory, self.name, _MAX_FILE_BYTES)
+        content = cache_dir.unseal(self.secret, data) if data is not None else None
+        if content is None or not content.startswith(_HEAD):
+            if data is not None:
+                log.debug("dataclass cache %s: not sealed by this user; not used", self.name)
+            return {}
+        try:
+            entries = marshal.loads(content[len(_HEAD) :])  # noqa: S302 (sealed by this user)
+        except (EOFError, ValueError, TypeError) as exc:
+            log.debug("dataclass cache %s unreadable: %s", self.name, exc)
+            return {}
+        if type(entries) is not dict:
+            return {}
+        return {k: v for k, v in entries.items() if type(k) is str and type(v) is bytes}
 
 
 def _code(raw: object) -> CodeType | None:
     if type(raw) is not bytes:
         return None
     try:
-        code = marshal.loads(raw)  # noqa: S302 (a file of this user's alone: _read)
+        code = marshal.loads(raw)  # noqa: S302 (from a file sealed by this user: Cache._read)
     except (EOFError, ValueError, TypeError):
         return None
     return code if type(code) is CodeType else None
-
-
-def _read(path: Path) -> dict[str, bytes]:
-    """The file's entries; nothing when it is missing, damaged, or not this user's alone."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or stat.S_IMODE(info.st_mode) & (stat.S_IWGRP | stat.S_IWOTH)
-            or info.st_size > _MAX_FILE_BYTES
-        ):
-            log.debug("dataclass cache %s: not this user's alone; not used", path)
-            return {}
-        try:
-            entries = marshal.load(handle)  # noqa: S302 (checked above: this user's alone)
-        except (EOFError, ValueError, TypeError) as exc:
-            log.debug("dataclass cache %s unreadable: %s", path, exc)
-            return {}
-    if type(entries) is not dict:
-        return {}
-    return {k: v for k, v in entries.items() if type(k) is str and type(v) is bytes}
 
 
 def install() -> Cache | None:
@@ -137,9 +142,9 @@ def install() -> Cache | None:
         directory = cache_dir.base()
     except RuntimeError:  # no home directory to find one in
         return None
-    if not cache_dir.safe_dir(directory):
+    cache = Cache.open(directory)
+    if cache is None:
         return None
-    cache = Cache(directory / file_name())
     dataclasses.exec = cache.exec  # type: ignore[attr-defined]
     atexit.register(cache.save)
     return cache

@@ -111,7 +111,7 @@ def test_classes_behave_the_same_with_the_cache_filled_empty_or_off(tmp_path: Pa
 def test_the_kept_code_is_what_compiling_the_text_gives(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     assert _python(INSTALLED + CLASSES, cache).returncode == 0
-    stored = marshal.loads((cache / dataclass_cache.file_name()).read_bytes())
+    stored = _stored(cache / dataclass_cache.file_name())
     assert len(stored) > 10
     for text, raw in stored.items():
         assert "def __create_fn__" in text
@@ -131,6 +131,23 @@ def test_the_command_installs_it_and_the_library_does_not(tmp_path: Path) -> Non
     )
     assert library.stdout.strip() == "ok", library.stderr
     assert not (tmp_path / "other").exists()
+
+
+def _stored(path: Path) -> dict[str, bytes]:
+    """The entries a run reading `path` would use."""
+    cache = dataclass_cache.Cache.open(path.parent, path.name)
+    assert cache is not None
+    return cache.stored
+
+
+def _write(path: Path, entries: dict[str, bytes]) -> None:
+    """`entries` written as a run of this user writes them (sealed with its key)."""
+    cache = dataclass_cache.Cache.open(path.parent, path.name)
+    assert cache is not None
+    cache.new = dict(entries)
+    cache.stored = {}
+    path.unlink(missing_ok=True)
+    cache.save()
 
 
 def _cache_file(tmp_path: Path) -> Path:
@@ -158,8 +175,8 @@ def test_a_file_that_is_not_this_users_alone_or_not_whole_is_not_used(
     elif spoil == "garbage":
         path.write_bytes(b"\xe3\x00\x00garbage")
     else:
-        path.write_bytes(marshal.dumps({"def __create_fn__(): pass": "not bytes", 3: b""}))
-    assert dataclass_cache.Cache(path).stored == {}
+        _write(path, {"def __create_fn__(): pass": "not bytes", 3: b""})  # type: ignore[dict-item]
+    assert _stored(path) == {}
     # and the classes still come out right, compiled as without a cache
     done = _python(INSTALLED + CLASSES + "print(len(cache.new))", tmp_path / "cache")
     assert done.returncode == 0, done.stderr
@@ -168,11 +185,10 @@ def test_a_file_that_is_not_this_users_alone_or_not_whole_is_not_used(
 
 def test_a_damaged_entry_is_compiled_again(tmp_path: Path) -> None:
     path = _cache_file(tmp_path)
-    entries = marshal.loads(path.read_bytes())
-    entries = {text: b"\x00damaged" for text in entries}
-    path.write_bytes(marshal.dumps(entries))
-    path.chmod(0o600)
-    cache = dataclass_cache.Cache(path)
+    entries = {text: b"\x00damaged" for text in _stored(path)}
+    _write(path, entries)
+    cache = dataclass_cache.Cache.open(path.parent, path.name)
+    assert cache is not None and cache.stored == entries
     namespace: dict[str, object] = {}
     text = next(iter(entries))
     cache.exec(text, {"__builtins__": __builtins__}, namespace)
@@ -183,19 +199,21 @@ def test_saving_merges_with_what_another_run_wrote_and_stays_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "dc.marshal"
-    mine = dataclass_cache.Cache(path)
+    mine = dataclass_cache.Cache.open(tmp_path, path.name)
+    assert mine is not None
     source = "def __create_fn__():\n def f(self):\n  return 1\n return f"
     mine.exec(source, {}, {})
     other = {f"def __create_fn__():\n def f{i}(self): pass\n return f{i}": b"x" for i in range(5)}
-    path.write_bytes(marshal.dumps(other))
-    path.chmod(0o600)
+    _write(path, other)
     mine.save()
-    assert set(marshal.loads(path.read_bytes())) == {*other, source}
+    assert set(_stored(path)) == {*other, source}
     assert oct(path.stat().st_mode & 0o777) == oct(0o600)
     monkeypatch.setattr(dataclass_cache, "MAX_ENTRIES", 3)
     mine.save()
-    assert set(marshal.loads(path.read_bytes())) == {source}  # only what this run used
-    assert [p.name for p in tmp_path.iterdir()] == ["dc.marshal"]  # no temporary left
+    assert set(_stored(path)) == {source}  # only what this run used
+    # no temporary left; the key the files are sealed with beside them, this user's alone
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dc.marshal", "key"]
+    assert oct((tmp_path / "key").stat().st_mode & 0o777) == oct(0o600)
 
 
 def test_a_directory_others_may_write_is_not_used_and_no_cache_turns_it_off(
