@@ -15,10 +15,11 @@ playbook needs.
   `ansible-playbook playbooks/node-drain.yml --syntax-check` and ansible-lint pass with only the
   collections that command installed (the test's own venv is kept out of their search path).
 
-No image is built here: no registry serves base images on this machine (an image can only start
-from a root filesystem made with debootstrap; see the note in the Containerfile's history).
-pip installs from the index it is configured for, as tests/run.sh's `pip install` does, and
-reuses its cache.
+The image itself is not built by this file: on this kind of machine no registry serves base
+images, so a build starts from a Debian root filesystem made with debootstrap, which takes
+minutes (tests/tools/build_image.sh does it, builds both images and checks them: run as root with
+buildah and debootstrap installed). pip installs from the index it is configured for, as
+tests/run.sh's `pip install` does, and reuses its cache.
 """
 
 from __future__ import annotations
