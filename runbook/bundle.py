@@ -202,7 +202,7 @@ class Bundle:
             error = exc.one_line() if isinstance(exc, BundleError) else str(exc)
             return CommandResult(name, command, collected=False, error=error)
         stderr = self._side(name + ".err") or ""
-        exited, timed_out, error = _status(self._side(name + ".rc"), stderr)
+        exited, timed_out, ended = _status(self._side(name + ".rc"), stderr)
         return CommandResult(
             name,
             command,
@@ -211,7 +211,7 @@ class Bundle:
             stderr=_noted(stderr, read.note(name)),
             exited=exited,
             timed_out=timed_out,
-            error=error,
+            error=ended,
             truncated=read.truncated,
             source_path=str(path) if lazy else None,
             source_offset=read.offset if lazy else 0,
