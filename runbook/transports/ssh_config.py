@@ -22,7 +22,10 @@ when set, instead).
 
 from __future__ import annotations
 
+import glob
 import os
+import re
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -60,12 +63,60 @@ def load(path: str | os.PathLike[str] | None) -> paramiko.SSHConfig | None:
     if not explicit and not where.exists():
         return None
     try:
-        text = where.read_text(encoding="utf-8")
+        text = _with_includes(where.read_text(encoding="utf-8"), where, depth=0)
         return paramiko.SSHConfig.from_text(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read ssh config {where}: {exc}") from None
     except (paramiko.ssh_exception.ConfigParseError, ValueError, TypeError) as exc:
         raise UsageError(f"cannot parse ssh config {where}: {exc}") from None
+
+
+#: OpenSSH's limit on nested Include (readconf.c READCONF_MAX_DEPTH)
+MAX_INCLUDE_DEPTH = 16
+_INCLUDE = re.compile(r"^\s*include(?:\s*=\s*|\s+)(.*?)\s*$", re.IGNORECASE)
+_BLOCK = re.compile(r"^\s*(?:host|match)(?:\s*=\s*|\s+)", re.IGNORECASE)
+
+
+def _with_includes(text: str, source: Path, *, depth: int) -> str:
+    """The config with each top-level `Include` replaced by the files it names, as ssh reads
+    them (paramiko ignores Include, which lost whatever the included files said, a
+    `StrictHostKeyChecking yes` too): paths relative to ~/.ssh, glob patterns in sorted order,
+    several per line, no file matching is no error, at most 16 deep. After an included file
+    the outer file goes on for every host again (`Host *`), as its lines were before it.
+    An Include inside a Host or Match block (conditional inclusion) is refused in one line:
+    inlining cannot keep its condition."""
+    out: list[str] = []
+    in_block = False
+    for line in text.splitlines():
+        if _BLOCK.match(line):
+            in_block = True
+        found = _INCLUDE.match(line)
+        if found is None:
+            out.append(line)
+            continue
+        if in_block:
+            raise UsageError(
+                f"ssh config {source}: Include inside a Host or Match block is not supported "
+                "here; move it above the first Host line"
+            )
+        if depth >= MAX_INCLUDE_DEPTH:
+            raise UsageError(f"ssh config {source}: Include nested deeper than {MAX_INCLUDE_DEPTH}")
+        try:
+            patterns = shlex.split(found.group(1))
+        except ValueError as exc:
+            raise UsageError(f"ssh config {source}: bad Include line: {exc}") from None
+        for pattern in patterns:
+            path = os.path.expanduser(pattern)
+            if not os.path.isabs(path):
+                path = os.path.join(os.path.expanduser("~/.ssh"), path)
+            for included in sorted(glob.glob(path)):
+                if os.path.isdir(included):
+                    continue
+                inner = Path(included)
+                text = inner.read_text(encoding="utf-8")
+                out.append(_with_includes(text, inner, depth=depth + 1))
+                out.append("Host *")
+    return "\n".join(out) + "\n"
 
 
 @dataclass(frozen=True)
@@ -135,11 +186,17 @@ def host_config(config: paramiko.SSHConfig | None, name: str) -> HostConfig:
         if known and known[0].lower() != "none"
         else None,
         host_key_alias=str(found["hostkeyalias"]) if found.get("hostkeyalias") else None,
-        strict=str(found["stricthostkeychecking"]).lower()
-        if found.get("stricthostkeychecking")
-        else None,
+        strict=_strictness(found.get("stricthostkeychecking")),
         connect_timeout=timeout if timeout and timeout > 0 else None,
     )
+
+
+def _strictness(value: object) -> str | None:
+    """StrictHostKeyChecking as ssh reads it: `true`/`false` are `yes`/`no`."""
+    if not value:
+        return None
+    text = str(value).lower()
+    return {"true": "yes", "false": "no"}.get(text, text)
 
 
 @dataclass(frozen=True)

@@ -56,9 +56,14 @@ STAGES = ["first", "slow", "last"]
 
 
 def comparable(value: Any) -> Any:
-    """A verdict without what differs between two runs of the same walk: the durations."""
+    """A verdict without what differs between two runs of the same walk: the durations, and
+    the run directory `--format json` names."""
     if isinstance(value, dict):
-        return {k: comparable(v) for k, v in value.items() if k not in ("duration", "duration_s")}
+        return {
+            k: comparable(v)
+            for k, v in value.items()
+            if k not in ("duration", "duration_s", "run_dir")
+        }
     if isinstance(value, list):
         return [comparable(v) for v in value]
     return value

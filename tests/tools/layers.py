@@ -45,7 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
                       "runbook.remedies.workload", "runbook.remedies.kubectl",
                       "runbook.remedies.manifest_edit", "runbook.remedies.estimate",
                       "runbook.remedies.advice", "runbook.remedies.guards",
-                      "runbook.remedies.ab")),
+                      "runbook.remedies.ab", "runbook.remedies.reach")),
     ("spec", ("runbook.spec", "runbook.conductor", "runbook.graph")),
     # the typed verdict and the typed results built from verdicts (a sweep's hosts)
     # the run directory that holds them, and the walk that fills it
