@@ -4,7 +4,10 @@ Two payloads, chosen by `notify.format`: `json`, a generic object (event, propos
 verdict, summary, times, and the exact `runbook approvals show ID` command), and `slack`, what
 a Slack incoming webhook (or a compatible receiver: Mattermost, Rocket.Chat) takes:
 `{"text": …, "blocks": […]}`. Every text field goes through the redactor first: a summary is
-rendered from a node's facts and must not carry a credential out.
+rendered from a node's facts and must not carry a credential out. Every text is made printable
+(runbook.printable), and what Slack reads as mrkdwn has `&`, `<` and `>` escaped as Slack asks
+(`&amp;`, `&lt;`, `&gt;`): a node named `<https://…|Click to approve>` or a summary holding
+`<!channel>` shows as typed, never as a link or a mention.
 
 Delivery uses the standard library (one POST, nothing a dependency would add): a timeout on
 every attempt, at most `ATTEMPTS` attempts with a short backoff, all within `DEADLINE`
@@ -27,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from runbook.printable import printable
 from runbook.redact import redact
 
 ATTEMPTS = 3
@@ -83,16 +87,37 @@ def headline(p: NoticeProposal, event: str, *, now: float) -> str:
     return f"runbook: proposal {p.id} ({p.kind}) on {node} {verb} {when} undecided: {verdict}"
 
 
+def _plain(text: str) -> str:
+    """A text field of a notice: redacted, printable."""
+    return printable(redact(text))
+
+
+def mrkdwn(text: Any) -> str:
+    """`text` as literal characters in Slack's mrkdwn: redacted, printable, and its control
+    characters `&`, `<`, `>` escaped (what opens a link, a mention or a date there)."""
+    plain = _plain(str(text))
+    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(escaped: str, limit: int) -> str:
+    """Escaped mrkdwn cut to `limit` characters, never inside an entity."""
+    if len(escaped) <= limit:
+        return escaped
+    cut = escaped[:limit]
+    amp = cut.rfind("&")
+    return cut[:amp] if amp >= 0 and ";" not in cut[amp:] else cut
+
+
 def generic_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, Any]:
     evidence = p.evidence or {}
     return {
         "event": f"proposal-{event}",
-        "text": redact(headline(p, event, now=now)),
+        "text": _plain(headline(p, event, now=now)),
         "proposal": p.id,
         "kind": p.kind,
         "node": p.node,
         "verdict": {"root_cause": p.root_cause, "confidence": evidence.get("confidence")},
-        "summary": redact(p.summary),
+        "summary": _plain(p.summary),
         "source": p.source,
         "created_at": _iso(p.created_at),
         "expires_at": _iso(p.expires_at),
@@ -102,13 +127,13 @@ def generic_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, A
 
 
 def slack_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, Any]:
-    text = redact(headline(p, event, now=now))
+    text = mrkdwn(headline(p, event, now=now))
     evidence = p.evidence or {}
     confidence = evidence.get("confidence") or "?"
     fields = [
-        f"*Node:* {p.node or '?'}",
-        f"*Verdict:* {p.root_cause or '?'} ({confidence})",
-        f"*Proposal:* `{p.id}` ({p.kind})",
+        f"*Node:* {mrkdwn(p.node or '?')}",
+        f"*Verdict:* {mrkdwn(p.root_cause or '?')} ({mrkdwn(confidence)})",
+        f"*Proposal:* `{mrkdwn(p.id)}` ({mrkdwn(p.kind)})",
         f"*Expires:* {_iso(p.expires_at)} ({_in(p.expires_at - now)})",
     ]
     return {
@@ -116,10 +141,10 @@ def slack_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, Any
         "blocks": [
             {"type": "section", "text": {"type": "mrkdwn", "text": text}},
             {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": redact(p.summary)[:2900]}},
+            {"type": "section", "text": {"type": "mrkdwn", "text": _cut(mrkdwn(p.summary), 2900)}},
             {
                 "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"`{show_command(p.id)}`"}],
+                "elements": [{"type": "mrkdwn", "text": f"`{mrkdwn(show_command(p.id))}`"}],
             },
         ],
     }

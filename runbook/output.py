@@ -4,8 +4,38 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import IO, Any
 
 from rich.console import Console
+
+from runbook.printable import printable
+
+
+class PrintableConsole(Console):
+    """A rich console whose strings (markup, table cells, prompts) are made printable before
+    they are rendered. What it writes goes to the stream's `rendered` side when the stream
+    has one (runbook.redacted_output.RedactingStream): its text was made printable here, and
+    its escape codes are rich's own (colour, the progress bar's cursor moves)."""
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        return super().render_str(printable(text), **kwargs)
+
+    @property  # type: ignore[override]
+    def file(self) -> IO[str]:
+        inner = Console.file.fget(self)  # type: ignore[attr-defined]
+        return getattr(inner, "rendered", None) or inner
+
+    @file.setter
+    def file(self, new_file: IO[str]) -> None:
+        Console.file.fset(self, new_file)  # type: ignore[attr-defined]
+
+
+def write_rendered(stream: IO[str], text: str) -> None:
+    """`text` made by a PrintableConsole (captured: rich's colours in it) written to `stream`
+    as the console would have written it."""
+    target = getattr(stream, "rendered", None) or stream
+    target.write(text)
+    target.flush()
 
 
 def output_console(*, stderr: bool = False) -> Console:
@@ -14,8 +44,8 @@ def output_console(*, stderr: bool = False) -> Console:
     line for grep, and a log keeps it whole), unless COLUMNS asks for a width."""
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty() or os.environ.get("COLUMNS"):
-        return Console(stderr=stderr, highlight=False)
-    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+        return PrintableConsole(stderr=stderr, highlight=False)
+    return PrintableConsole(stderr=stderr, highlight=False, soft_wrap=True)
 
 
 def count(n: int, noun: str, plural: str | None = None) -> str:

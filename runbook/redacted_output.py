@@ -6,6 +6,11 @@ bundle. Rather than trust every `print`, `click.echo` and rich console to rememb
 puts the process's stdout and stderr behind `RedactingStream` for the length of a command:
 whole lines are redacted as they are written, a partial line when it is flushed (a prompt).
 Terminal detection, the terminal's size and the encoding are the real stream's.
+
+The same streams make what is written printable (runbook.printable): an escape sequence in a
+log line, a finding or a `--var` never reaches the terminal raw. A PrintableConsole writes
+through the stream's `rendered` side instead: its text was made printable before rich
+rendered it, and the escape codes in what it writes are rich's own colours and cursor moves.
 """
 
 from __future__ import annotations
@@ -16,23 +21,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
+from runbook.printable import printable
 from runbook.redact import redact
 
 
 class RedactingStream(io.TextIOBase):
-    """A text stream that writes `redact(line)` to `inner` for every line written to it."""
+    """A text stream that writes `redact(line)` to `inner` for every line written to it, its
+    control characters made printable (`rendered` takes what a PrintableConsole wrote)."""
 
     def __init__(self, inner: TextIO) -> None:
         self._inner = inner
         self._pending = ""
+        self.rendered = _Rendered(self)
 
     def write(self, text: str | bytes) -> int:
         # click.echo writes bytes to a stream without a binary buffer (shell completion's
         # answer is bytes): decoded and redacted like text, never refused
         if isinstance(text, (bytes, bytearray)):
-            self._pending += bytes(text).decode(self.encoding, "replace")
+            self._pending += printable(bytes(text).decode(self.encoding, "replace"))
             self._flush_lines()
             return len(text)
+        self._pending += printable(text)
+        self._flush_lines()
+        return len(text)
+
+    def write_rendered(self, text: str) -> int:
+        """What a PrintableConsole wrote: redacted, its escape codes kept."""
         self._pending += text
         self._flush_lines()
         return len(text)
@@ -64,6 +78,36 @@ class RedactingStream(io.TextIOBase):
     @property
     def errors(self) -> str | None:  # type: ignore[override]
         return getattr(self._inner, "errors", None)
+
+
+class _Rendered(io.TextIOBase):
+    """The side of a RedactingStream a PrintableConsole writes to (runbook.printable)."""
+
+    def __init__(self, stream: RedactingStream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:  # type: ignore[override]
+        return self._stream.write_rendered(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._stream.errors
 
 
 @contextmanager

@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
-from runbook.output import count, output_console
+from runbook.output import PrintableConsole, count, output_console, write_rendered
 from runbook.verdict import Proposal as VerdictProposal
 from runbook.verdict import Verdict
 
@@ -136,7 +136,7 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
         return
     # a pipe gets whole lines (rich would wrap at 80 columns)
     wide = sys.stdout.isatty() or os.environ.get("COLUMNS")  # COLUMNS honoured, as rich does
-    console = Console(highlight=False, width=None if wide else 240)
+    console = PrintableConsole(highlight=False, width=None if wide else 240)
     if not items:
         console.print("no proposals" + (f" in state {', '.join(wanted)}" if wanted else ""))
         return
@@ -154,7 +154,8 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
     with console.capture() as captured:
         console.print(table)
     # rich pads each row to the table's width: a pipe (grep, awk, a diff) gets clean lines
-    click.echo("\n".join(line.rstrip() for line in captured.get().splitlines()))
+    lines = "\n".join(line.rstrip() for line in captured.get().splitlines())
+    write_rendered(sys.stdout, lines + "\n")  # rich's colours kept, its text made printable
 
 
 def _value(value: Any) -> str:

@@ -1,19 +1,36 @@
 """The job report in Markdown (pure), in the single-node report's shape — conclusion first,
 the evidence chain, then what only a job has: the nodes and their clocks, the rank table, the
-outliers, the job's host memory, and the cross-node timeline."""
+outliers, the job's host memory, and the cross-node timeline.
+
+What came from evidence (node and pod names, log lines, findings quoting them) goes through
+runbook.render.markdown_text: rendered as text, never as a tag, a link or an image."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runbook.printable import printable
+from runbook.render import markdown_text as md
+
 TIMELINE_ROWS = 60
 
 
 def _cell(value: Any, width: int = 90) -> str:
-    text = " ".join(str("" if value is None else value).split())
-    text = text if len(text) <= width else text[: width - 1] + "…"
-    return text.replace("|", "\\|")
+    """Prose in a table cell (escaped), cut to `width` characters."""
+    return md.cell(value, width)
+
+
+def _prose(value: Any, width: int) -> str:
+    """Prose outside a table (escaped), cut to `width` characters."""
+    line = " ".join(str("" if value is None else value).split())
+    return md.text(line if len(line) <= width else line[: width - 1] + "…")
+
+
+def _quote(value: Any, width: int, *, table: bool = False) -> str:
+    """A line of evidence as a code span, cut to `width` characters."""
+    line = " ".join(str("" if value is None else value).split())
+    return md.code(line if len(line) <= width else line[: width - 1] + "…", table=table)
 
 
 def _gib(value: Any) -> str:
@@ -33,7 +50,7 @@ def _exit(row: Mapping[str, Any]) -> str:
         parts.append("OOMKilled")
     if exit_info.get("inferred"):
         parts.append("(inferred)")
-    return ", ".join(parts) or _cell(exit_info.get("reason"))
+    return ", ".join(parts) or " ".join(str(exit_info.get("reason")).split())
 
 
 def _offset(clock: Mapping[str, Any] | None) -> str:
@@ -54,17 +71,24 @@ def _how(row: Mapping[str, Any]) -> str:
 def _conclusion(verdict: Mapping[str, Any]) -> list[str]:
     """The title, the statement, how the job surfaced, and its first anomaly."""
     job = verdict.get("job") or {}
-    out = [f"# Job {job.get('ref')}: {verdict.get('root_cause')} ({verdict.get('confidence')})", ""]
-    out += [f"**{_cell(verdict.get('statement'), 400)}**", ""]
+    out = [
+        f"# Job {md.text(job.get('ref'))}: {md.text(verdict.get('root_cause'))} "
+        f"({md.text(verdict.get('confidence'))})",
+        "",
+    ]
+    out += [f"**{_prose(verdict.get('statement'), 400)}**", ""]
     if verdict.get("surfaced_as"):
-        out += [f"The job surfaced as: `{_cell(verdict['surfaced_as'], 200)}`", ""]
+        out += [f"The job surfaced as: {_quote(verdict['surfaced_as'], 200)}", ""]
     first = verdict.get("first_anomaly")
     if first:
+        where = f"{first.get('source')}:{first.get('line')}"
         out += [
-            f"First anomaly across the job: {first.get('node')} "
-            f"`{first.get('source')}:{first.get('line')}` at {first.get('time')} "
-            f"(node clock {first.get('node_time')}, offset {first.get('offset_s'):+.3f} s): "
-            f"{_cell(first.get('text'), 200)}",
+            f"First anomaly across the job: {md.text(first.get('node'))} "
+            f"{md.code(where)} at "
+            f"{md.text(first.get('time'))} "
+            f"(node clock {md.text(first.get('node_time'))}, "
+            f"offset {first.get('offset_s'):+.3f} s): "
+            f"{_quote(first.get('text'), 200)}",
             "",
         ]
     return out
@@ -77,9 +101,9 @@ def _shared_cause(verdict: Mapping[str, Any]) -> list[str]:
     return [
         "## Shared cause",
         "",
-        _cell(shared.get("summary"), 400),
+        _prose(shared.get("summary"), 400),
         "",
-        "Nodes: " + ", ".join(shared.get("nodes") or []),
+        "Nodes: " + ", ".join(md.text(node) for node in shared.get("nodes") or []),
         "",
     ]
 
@@ -90,8 +114,8 @@ def _chain(verdict: Mapping[str, Any]) -> list[str]:
         return []
     out = ["## Evidence chain (earliest first, corrected clocks)", ""]
     out += [
-        f"{i}. {link.get('time')} {link.get('node')} [{link.get('cause')}] "
-        f"{_cell(link.get('finding'), 200)}"
+        f"{i}. {md.text(link.get('time'))} {md.text(link.get('node'))} "
+        f"[{md.text(link.get('cause'))}] {_prose(link.get('finding'), 200)}"
         for i, link in enumerate(chain, 1)
     ]
     out.append("")
@@ -108,10 +132,11 @@ def _nodes(verdict: Mapping[str, Any]) -> list[str]:
     for node in verdict.get("nodes") or []:
         first = node.get("first_anomaly") or {}
         out.append(
-            f"| {_cell(node.get('node'))} | {node.get('status')} | "
-            f"{node.get('root_cause') or _cell(node.get('error'), 60)} | "
-            f"{','.join(node.get('gpus') or []) or '–'} | {_offset(node.get('clock'))} | "
-            f"{first.get('time', '–')} {first.get('source', '')}:{first.get('line', '')} |"
+            f"| {_cell(node.get('node'))} | {_cell(node.get('status'))} | "
+            f"{_cell(node.get('root_cause') or node.get('error'), 60)} | "
+            f"{_cell(','.join(node.get('gpus') or []) or '–')} | {_offset(node.get('clock'))} | "
+            + _cell(f"{first.get('time', '–')} {first.get('source', '')}:{first.get('line', '')}")
+            + " |"
         )
     out.append("")
     return out
@@ -126,12 +151,15 @@ def _ranks(verdict: Mapping[str, Any]) -> list[str]:
     ]
     for row in verdict.get("ranks") or []:
         error = row.get("first_error") or {}
+        first_error = (
+            f"{_cell(error.get('time') or '')} {_quote(error.get('text'), 80, table=True)}"
+            if error
+            else "–"
+        )
         out.append(
-            f"| {row.get('rank')} | {_cell(row.get('node'))} | "
-            f"{','.join(row.get('gpus') or []) or '–'} | {_cell(row.get('pod')) or '–'} | "
-            f"{row.get('start') or '–'} | "
-            f"{(error.get('time') or '') + ' ' + _cell(error.get('text'), 80) if error else '–'}"
-            f" | {_exit(row)} |"
+            f"| {_cell(row.get('rank'))} | {_cell(row.get('node'))} | "
+            f"{_cell(','.join(row.get('gpus') or []) or '–')} | {_cell(row.get('pod')) or '–'} | "
+            f"{_cell(row.get('start') or '–')} | {first_error} | {_cell(_exit(row))} |"
         )
     out.append("")
     return out
@@ -142,7 +170,7 @@ def _outliers(verdict: Mapping[str, Any]) -> list[str]:
         return []
     return (
         ["## Outliers", ""]
-        + [f"- {_cell(outlier.get('summary'), 200)}" for outlier in verdict["outliers"]]
+        + [f"- {_prose(outlier.get('summary'), 200)}" for outlier in verdict["outliers"]]
         + [""]
     )
 
@@ -182,7 +210,7 @@ def _ruled_out(verdict: Mapping[str, Any]) -> list[str]:
     return (
         ["## Ruled out", ""]
         + [
-            f"- {ruled.get('cause')}: {_cell(ruled.get('because'), 200)}"
+            f"- {md.text(ruled.get('cause'))}: {_prose(ruled.get('because'), 200)}"
             for ruled in verdict["ruled_out"]
         ]
         + [""]
@@ -195,7 +223,8 @@ def _fixes(verdict: Mapping[str, Any]) -> list[str]:
     return (
         ["## Fixes, in order", ""]
         + [
-            f"- {fix.get('node')}: {fix.get('kind')}: {_cell(fix.get('summary'), 200)}"
+            f"- {md.text(fix.get('node'))}: {md.code(fix.get('kind'))}: "
+            f"{_prose(fix.get('summary'), 200)}"
             for fix in verdict["proposals"]
         ]
         + [""]
@@ -217,9 +246,11 @@ def _timeline(verdict: Mapping[str, Any]) -> list[str]:
         "|---|---|---|---|---|",
     ]
     for entry in shown:
+        where = f"{entry.get('source')}:{entry.get('line')}"
         out.append(
-            f"| {entry.get('time')} | {_cell(entry.get('node'))} | {entry.get('node_time')} | "
-            f"{entry.get('source')}:{entry.get('line')} | {_cell(entry.get('text'), 100)} |"
+            f"| {_cell(entry.get('time'))} | {_cell(entry.get('node'))} | "
+            f"{_cell(entry.get('node_time'))} | {_cell(where)} | "
+            f"{_quote(entry.get('text'), 100, table=True)} |"
         )
     out.append("")
     return out
@@ -241,4 +272,4 @@ SECTIONS = (
 
 
 def job_markdown(verdict: Mapping[str, Any]) -> str:
-    return "\n".join(line for section in SECTIONS for line in section(verdict))
+    return printable("\n".join(line for section in SECTIONS for line in section(verdict)))

@@ -1,20 +1,21 @@
 """The verdict as a Markdown incident note, in the shape of a good postmortem: the conclusion
 first, then the evidence chain as arrows, the arithmetic behind the figures, the timeline, what
-was ruled out and why, the fixes in the order to apply them, and every stage."""
+was ruled out and why, the fixes in the order to apply them, and every stage.
+
+Whatever came from evidence (a node's name, a log line, a finding quoting one) goes through
+runbook.render.markdown_text: in a code span or a fence nothing in it can close, or escaped as
+prose; the report renders it as text, never as a tag, a link or an image."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
+from runbook.printable import printable
+from runbook.render import markdown_text as md
 from runbook.verdict import Verdict
 
 #: rows of the timeline shown (the JSON verdict keeps them all)
 TIMELINE_ROWS = 40
-
-
-def _cell(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
 
 
 def _gib(value: float) -> str:
@@ -67,31 +68,34 @@ def arithmetic(verdict: Verdict) -> Iterator[str]:
 
 def render(verdict: Verdict) -> str:
     cause = verdict.root_cause
-    lines = [f"# {verdict.node}: {cause}", ""]
-    lines.append(f"**Conclusion:** `{cause}` (confidence {verdict.confidence}).")
+    lines = [f"# {md.text(verdict.node)}: {md.text(cause)}", ""]
+    lines.append(f"**Conclusion:** {md.code(cause)} (confidence {md.text(verdict.confidence)}).")
     if verdict.surfaced_as:
         lines.append(
-            f"The job surfaced it as `{_cell(verdict.surfaced_as)}`: that is where the failure "
+            f"The job surfaced it as {md.code(verdict.surfaced_as)}: that is where the failure "
             "showed, not where it started."
         )
     first = verdict.first_anomaly
     if first:
-        when = f" at {first.time}" if first.time else ""
-        lines += ["", f"**Earliest anomaly:** `{first.where}`{when}: `{_cell(first.text or '')}`"]
+        when = f" at {md.text(first.time)}" if first.time else ""
+        lines += [
+            "",
+            f"**Earliest anomaly:** {md.code(first.where)}{when}: {md.code(first.text or '')}",
+        ]
     if verdict.chain:
-        lines += ["", "## Evidence chain", "", "```"]
+        chain: list[str] = []
         for index, link in enumerate(verdict.chain):
             if index:
-                lines.append("        ↓")
+                chain.append("        ↓")
             cites = ", ".join(e.where for e in link.evidence[:3] if e.line)
-            lines.append(link.finding + (f"   [{cites}]" if cites else ""))
+            chain.append(" ".join(link.finding.split()) + (f"   [{cites}]" if cites else ""))
         if verdict.surfaced_as:
-            lines += ["        ↓", f"surfaced as: {verdict.surfaced_as}"]
-        lines.append("```")
+            chain += ["        ↓", "surfaced as: " + " ".join(verdict.surfaced_as.split())]
+        lines += ["", "## Evidence chain", "", *md.fence(chain)]
     numbers = list(arithmetic(verdict))
     if numbers:
         lines += ["", "## The numbers", ""]
-        lines += [f"- {n}" for n in numbers]
+        lines += [f"- {printable(n)}" for n in numbers]
     timeline = verdict.timeline
     if timeline:
         anomalies = [e for e in timeline if e.get("anomaly")]
@@ -99,26 +103,30 @@ def render(verdict: Verdict) -> str:
         shown.sort(key=lambda e: e["time"])
         lines += ["", "## Timeline (UTC)", "", "| time | source | event |", "|---|---|---|"]
         for entry in shown:
-            where = entry["source"] + (f":{entry['line']}" if entry.get("line") else "")
+            where = str(entry["source"]) + (f":{entry['line']}" if entry.get("line") else "")
             mark = "**!** " if entry.get("anomaly") else ""
-            lines.append(f"| {entry['time']} | {where} | {mark}{_cell(entry['text'])[:160]} |")
+            event = " ".join(str(entry["text"]).split())[:160]
+            lines.append(
+                f"| {md.cell(entry['time'])} | {md.cell(where)} | "
+                f"{mark}{md.code(event, table=True)} |"
+            )
         if len(timeline) > len(shown):
             lines.append(f"\n({len(timeline) - len(shown)} more entries in the JSON verdict.)")
     if verdict.also_seen:
         lines += ["", "## Also seen (not part of the chain)", ""]
-        lines += [f"- {link.finding}" for link in verdict.also_seen]
+        lines += [f"- {md.text(link.finding)}" for link in verdict.also_seen]
     if verdict.ruled_out:
         lines += ["", "## Ruled out", ""]
-        lines += [f"- **{o.cause}**: {o.because}" for o in verdict.ruled_out]
+        lines += [f"- **{md.text(o.cause)}**: {md.text(o.because)}" for o in verdict.ruled_out]
     if verdict.proposals:
         lines += ["", "## Fixes, in order", ""]
         for index, proposal in enumerate(verdict.proposals, start=1):
             gate = " (needs approval)" if proposal.requires_approval else ""
-            lines.append(f"{index}. `{proposal.kind}`{gate}: {proposal.summary}")
+            lines.append(f"{index}. {md.code(proposal.kind)}{gate}: {md.text(proposal.summary)}")
     lines += ["", "## Stages", "", "| stage | status | notes |", "|---|---|---|"]
     for stage in verdict.stages:
         notes = "; ".join(stage.findings + stage.errors)
         if not notes and stage.not_collected:
             notes = "not collected: " + ", ".join(stage.not_collected)
-        lines.append(f"| {stage.id} | {stage.status} | {_cell(notes)} |")
-    return "\n".join(lines) + "\n"
+        lines.append(f"| {md.cell(stage.id)} | {md.cell(stage.status)} | {md.cell(notes)} |")
+    return printable("\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ import re
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from runbook.printable import printable
 from runbook.sweep.results import FAILING, NOT_SWEPT, HostResult, SweepResult
 from runbook.verdict import Verdict
 
@@ -21,7 +22,8 @@ _INVALID_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 def _clean(text: Any) -> str:
-    return _INVALID_XML.sub("\ufffd", str(text))
+    # control characters a terminal would act on (a CI log shows this text) written visibly
+    return _INVALID_XML.sub("\ufffd", printable(str(text)))
 
 
 def _failure_text(host: HostResult, verdict: Verdict) -> str:

@@ -22,7 +22,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from runbook.output import count
+from runbook.output import PrintableConsole, count
+from runbook.printable import printable
 from runbook.sweep.results import NOT_SWEPT, HostResult, HostStatus, SweepResult
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class BarProgress:
 
     def __init__(self, console: Console, title: str) -> None:
         self.tally = _Tally()
-        self.title = title
+        self.title = printable(title)
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -178,5 +179,5 @@ def progress_for(
         return NullSweepObserver()
     stream = stream or sys.stderr
     if stream.isatty():
-        return BarProgress(Console(file=stream, highlight=False), title)
+        return BarProgress(PrintableConsole(file=stream, highlight=False), title)
     return LineProgress(stream, title)

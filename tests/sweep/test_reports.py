@@ -130,14 +130,17 @@ def test_reports_stay_valid_whatever_text_they_carry(
     schema.validate(str(tmp_path / "junit.xml"))  # hostile text and all, as Jenkins reads it
     root = ET.parse(tmp_path / "junit.xml").getroot()  # parses: no raw control characters
     names = [c.get("name") for c in root.iter("testcase")]
-    assert len(names) == len(sweep.hosts) and 'rack"7\\a|b\nc\ufffd' in names
+    # the bell written visibly (runbook.printable), as on every console and in every report
+    assert len(names) == len(sweep.hosts) and 'rack"7\\a|b\nc\\x07' in names
     samples = parse_prom((tmp_path / "runbook.prom").read_text())
     nodes = {labels["node"] for labels, _ in samples["runbook_root_cause"]}
     assert "ok-but-odd" in nodes and nasty not in nodes  # an unreachable host has no cause
     hosts = {labels["status"]: v for labels, v in samples["runbook_sweep_hosts"]}
     assert hosts["unreachable"] == 1 and hosts["error"] == 1
     md = (tmp_path / "sweep.md").read_text()
-    assert 'rack"7\\a\\|b c\x07' in md  # one table row: the pipe escaped, the newline folded
+    # one table row: the pipe and the backslash escaped, the newline folded, the bell visible
+    # (a backslash is Markdown's escape: written \\ it renders as itself)
+    assert 'rack"7\\\\a\\|b c\\\\x07' in md and "\x07" not in md
     assert json.loads((tmp_path / "sweep.json").read_text())["counts"]["unreachable"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["sweep.json", "sweep.md", "junit.xml", "runbook.prom"]
