@@ -18,7 +18,8 @@ its principals (a certificate that lists none is refused: OpenSSH would take it 
 is valid now, has no critical option (none is defined for host certificates, and an unknown
 critical option must be refused), is signed by a CA key that a `@cert-authority` line whose
 pattern matches the host lists, that signature verifies, and neither the CA key nor the
-certified key is `@revoked`.
+certified key nor the certificate itself is `@revoked` (a revoked certificate also revokes the
+key it certifies, as OpenSSH compares public keys).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ class HostCertificate:
     signature: bytes
     #: the bytes the signature covers
     signed: bytes
+    #: the whole certificate as the server sent it
+    blob: bytes = b""
 
     def __repr__(self) -> str:
         return f"HostCertificate({self.key_type}, id={self.key_id!r}, serial={self.serial})"
@@ -152,6 +155,7 @@ def parse(blob: bytes) -> HostCertificate:
         signature_key=signature_key,
         signature=signature,
         signed=signed,
+        blob=blob,
     )
 
 
@@ -179,7 +183,9 @@ def check(
 ) -> None:
     """Raise CertificateError unless `cert` vouches for `principal` now, signed by one of
     `authorities` (CA public key blobs whose `@cert-authority` pattern matches the host).
-    `revoked`: public key blobs marked `@revoked`."""
+    `revoked`: the blobs `@revoked` lines name (KnownHostsFile.revoked_blobs: a revoked
+    certificate's certified key among them); the certificate is refused when it, the key it
+    certifies or its CA is one of them, as OpenSSH's `check_key_not_revoked`."""
     revoked_set = set(revoked)
     moment = int(time.time() if now is None else now)
     if cert.signature_key not in set(authorities):
@@ -194,6 +200,8 @@ def check(
         good = False
     if not good:
         raise CertificateError("the certificate's signature does not verify with its CA key")
+    if cert.blob and cert.blob in revoked_set:
+        raise CertificateError("the host certificate is marked @revoked")
     if cert.signature_key in revoked_set:
         raise CertificateError("the certificate's signing CA key is marked @revoked")
     if cert.public_key in revoked_set:

@@ -5,7 +5,10 @@ paramiko's own reader raises `InvalidHostKey` on the first line it does not pars
 every host an internal error. Here each line is read on its own:
 
 - `@revoked PATTERN TYPE KEY`: the key is never accepted, for any host, not even with
-  `--accept-new-host-keys` (OpenSSH's meaning);
+  `--accept-new-host-keys` (OpenSSH's meaning). As OpenSSH compares keys (`sshkey_equal_public`),
+  a revoked *certificate* revokes the key it certifies — as a host key, certified or plain,
+  and as a CA — and the certificate itself; a presented certificate is refused when it, the
+  key it certifies or the CA that signed it is revoked;
 - `@cert-authority PATTERN TYPE KEY`: a CA for host certificates; a host whose name matches
   PATTERN (comma-separated, `*`/`?` wildcards, `!` negation, hashed `|1|` names) may present a
   certificate it signed (checked in `host_cert`, since paramiko does not);
@@ -24,6 +27,8 @@ from pathlib import Path
 import paramiko
 from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
 
+from runbook.transports import host_cert
+
 log = logging.getLogger(__name__)
 
 
@@ -38,20 +43,67 @@ class KnownHostsFile:
     authorities: list[tuple[tuple[str, ...], bytes]] = field(default_factory=list)
 
     def is_revoked(self, key: paramiko.PKey) -> bool:
-        return (key.get_name(), key.get_base64()) in self.revoked
+        return self.revoked_part(key) is not None
+
+    def revoked_part(self, key: paramiko.PKey) -> str | None:
+        """What of a key a server presented (or a plain key listed for a host) is revoked:
+        `the host key` itself, or when it came as a certificate, `the host certificate` or
+        `the certificate's signing CA key`; None when nothing is."""
+        blocked = self.revoked_blobs()
+        if not blocked:
+            return None
+        if _blob(key) in blocked:
+            return "the host key"
+        cert = getattr(key, "public_blob", None)
+        if cert is None or not host_cert.is_certificate_type(cert.key_type):
+            return None
+        raw = bytes(cert.key_blob)
+        if raw in blocked:
+            return "the host certificate"
+        try:
+            parsed = host_cert.parse(raw)
+        except host_cert.CertificateError:
+            return None
+        if parsed.public_key in blocked:
+            return "the host key"
+        if parsed.signature_key in blocked:
+            return "the certificate's signing CA key"
+        return None
 
     def revoked_blobs(self) -> set[bytes]:
+        """Every public key blob `@revoked` lines name: each line's own (a plain key or a
+        certificate) and, for a certificate, the key it certifies (OpenSSH compares public
+        keys, so revoking a certificate revokes that key)."""
         out = set()
         for _, text in self.revoked:
             try:
-                out.add(base64.b64decode(text, validate=True))
+                blob = base64.b64decode(text, validate=True)
             except (binascii.Error, ValueError):
                 continue
+            out.add(blob)
+            if _is_certificate_blob(blob):
+                try:
+                    out.add(host_cert.parse(blob).public_key)
+                except host_cert.CertificateError:
+                    continue
         return out
 
     def authorities_for(self, name: str) -> list[bytes]:
         """The CA keys trusted for host certificates of `name` (a known_hosts spelling)."""
         return [key for patterns, key in self.authorities if matches(patterns, name)]
+
+
+def _blob(key: paramiko.PKey) -> bytes:
+    """A key's plain public blob (for a certified key, paramiko gives the key's own)."""
+    return bytes(key.asbytes())
+
+
+def _is_certificate_blob(blob: bytes) -> bool:
+    if len(blob) < 4:
+        return False
+    size = int.from_bytes(blob[:4], "big")
+    name = blob[4 : 4 + size].decode("ascii", "replace") if size < 128 else ""
+    return host_cert.is_certificate_type(name)
 
 
 def matches(patterns: tuple[str, ...], name: str) -> bool:
@@ -105,8 +157,9 @@ def read(path: Path) -> KnownHostsFile:
             continue
         entries.append(entry)
     # a revoked key is not trusted whatever other line lists it, before or after it
+    blocked = result.revoked_blobs()
     for entry in entries:
-        if not result.is_revoked(entry.key):
+        if _blob(entry.key) not in blocked:
             for name in entry.hostnames:
                 keys.add(name, entry.key.get_name(), entry.key)
     for note in result.skipped:

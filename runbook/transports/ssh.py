@@ -122,10 +122,18 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     ) -> None:
         name = self.address.known_hosts_name
         offered = fingerprint(key)
-        if self.known is not None and self.known.is_revoked(key):
+        revoked = self.known.revoked_part(key) if self.known is not None else None
+        if revoked == "the host key":
             raise HostKeyError(
                 f"{self.address}: host key {key.get_name()} {offered} is marked @revoked in "
                 f"{self.options.known_hosts}; refusing",
+                host=name,
+                fingerprint=offered,
+            )
+        if revoked is not None:  # whether or not a CA line vouches for the host
+            raise HostKeyError(
+                f"{self.address}: host certificate refused: {revoked} is marked @revoked in "
+                f"{self.options.known_hosts} ({key.get_name()} {offered})",
                 host=name,
                 fingerprint=offered,
             )
