@@ -108,6 +108,11 @@ def test_the_command_says_what_is_installed_and_refuses_a_missing_wheel_in_one_l
     assert check.returncode == 0, check.stdout + check.stderr
     assert check.stdout.startswith("kubernetes.core ")
     assert "already installed in " in check.stdout
+    as_json = runbook("setup-collections", "--check", "--format", "json")
+    assert as_json.returncode == 0, as_json.stderr
+    (core,) = json.loads(as_json.stdout)["collections"]
+    assert (core["name"], core["installed_now"]) == ("kubernetes.core", False)
+    assert Path(core["path"], "MANIFEST.json").is_file()
     missing = runbook("setup-collections", "--wheel", "/nonexistent/ansible-1.whl")
     assert missing.returncode == 2
     assert missing.stderr.strip().count("\n") == 0, missing.stderr
