@@ -206,7 +206,7 @@ def test_sweep_md_tables_root_causes_then_findings_worst_first(swept: Swept) -> 
     # a GPU off the bus takes the node out before a job's memory limit does
     assert all("gpu-hardware" in h for h in headings[:3]), headings
     assert all("host-memory-oom" in h for h in headings[3:]), headings
-    assert "- first anomaly: dmesg.txt:" in findings
+    assert "- first anomaly: `dmesg.txt:" in findings
     not_swept = text.split("## Not swept", 1)[1]
     for name in ("gone", "closed", *swept.of_kind("hang"), *swept.of_kind("rekeyed")):
         assert f"| {name} |" in not_swept
