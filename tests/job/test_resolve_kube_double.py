@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from runbook.errors import JobError
+from runbook.errors import JobError, UnreachableError
 from runbook.job.resolve import resolve_job
 from tests.job.kube_objects import AGENT_NODES, TRAINING_JOBS, agent
 from tests.k8s.fixtures import k8s_api, kubectl_env  # noqa: F401
@@ -114,7 +114,9 @@ def test_a_job_without_pods_names_the_selectors_it_tried(cluster: Any) -> None:
 def test_a_cluster_kubectl_cannot_reach_is_one_line(cluster: Any) -> None:
     """The API is the recorded double (no API server can run here); it is stopped here."""
     cluster.stop()
-    with pytest.raises(JobError) as err:
+    # a cluster out of reach is a target out of reach (exit 3), as kubectl:// says it
+    with pytest.raises(UnreachableError) as err:
         resolve_job("PyTorchJob/ml/llama-ft", kube_context=cluster.context, timeout=20)
+    assert err.value.exit_code == 3
     assert "kubectl get PyTorchJob ml/llama-ft:" in err.value.one_line()
     assert "\n" not in err.value.one_line()
