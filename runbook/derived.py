@@ -245,6 +245,47 @@ def gpu_drain_fault(facts: Facts, variables: Variables) -> bool:
     )
 
 
+#: labels GPU feature discovery / the GPU operator put on a GPU node
+_GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
+
+
+def _gpu_node(facts: Facts) -> str:
+    """What says the node has NVIDIA GPUs (the PCI bus, its labels), or "" when nothing does."""
+    on_pci = _number(_section(facts, "rdma").get("gpus_on_pci")) or 0
+    if on_pci:
+        return f"{int(on_pci)} NVIDIA GPU(s) on the PCI bus"
+    labels = _section(facts, "kube", "node", "labels")
+    label = next((k for k in _GPU_LABELS if str(labels.get(k, "")).lower() == "true"), None)
+    return f"labelled {label}" if label else ""
+
+
+@_derived
+def gpu_driver_down(facts: Facts, variables: Variables) -> str:
+    """Why the NVIDIA driver does not answer on a node that has NVIDIA GPUs (nvidia-smi not
+    installed, the driver not loaded, broken, seeing no GPU), with what says the node has
+    them; "" when the driver answered, or nothing says the node has a GPU. A tool's absence
+    is never a clean bill: such a node is not healthy, its GPUs' state is unknown."""
+    from runbook.parsers.nvidia_smi import driver_state
+
+    smi = _section(facts, "nvidia_smi")
+    if _number(smi.get("gpu_count")):
+        return ""
+    if smi.get("not_installed"):
+        why = "nvidia-smi not found"
+    else:
+        said = " ".join(
+            str(e.get("text") or "") for e in smi.get("exit_evidence") or ()
+            if isinstance(e, Mapping)
+        )  # fmt: skip
+        code = smi.get("exit_code")
+        state = driver_state(code if isinstance(code, int) else None, said)
+        if state is None:
+            return ""
+        why = f"the driver {state} (nvidia-smi exit {code})"
+    node = _gpu_node(facts)
+    return f"{why}; {node}" if node else ""
+
+
 # -- shm-p2p -------------------------------------------------------------------------------------
 
 #: an NCCL WARN about peer access, peer mappings, P2P or CUDA IPC

@@ -29,11 +29,11 @@ Pure: takes the verdict, returns the status and the line.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runbook.parsers import nvidia_smi
 from runbook.remedies import kinds
 from runbook.verdict import StageSummary, Verdict
 
@@ -50,13 +50,7 @@ GPU_STAGE = "gpu-pcie"
 NODE_STAGE = "rank-lifecycle"
 #: how nvidia-smi says the driver is not there to answer: (its words, or its exit code) and
 #: what that means of the driver, most specific first
-_DRIVER_STATES: tuple[tuple[re.Pattern[str], int | None, str], ...] = (
-    (re.compile(r"couldn't communicate with the NVIDIA driver", re.I), 9, "not loaded"),
-    (re.compile(r"NVML Shared Library Not Found", re.I), 12, "missing"),
-    (re.compile(r"Driver/library version mismatch", re.I), None, "broken"),
-    (re.compile(r"No devices were found", re.I), 6, "sees no GPU"),
-    (re.compile(r"Failed to initialize NVML", re.I), None, "broken"),
-)
+_DRIVER_STATES = nvidia_smi.DRIVER_STATES
 #: labels GPU feature discovery / the GPU operator put on a GPU node
 _GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
 

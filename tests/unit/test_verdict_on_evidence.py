@@ -132,3 +132,53 @@ def test_a_failing_parser_is_reported_in_every_format_and_the_rest_is_still_read
             assert "parser host failed" in out, fmt
     finally:
         registry._REGISTRY["host"] = entry
+
+
+def _without_nvidia_smi(tmp_path: Path, *, exit_code: int, stderr: str, gpus: bool) -> Path:
+    """The healthy node as it reads when nvidia-smi cannot answer: every nvidia-smi file
+    replaced by the exit status and words the real tool gives (a `.rc` and an `.err`)."""
+    dest = copy_without(tmp_path, "healthy")
+    for smi in dest.glob("nvidia-smi*"):
+        if smi.suffix not in (".rc", ".err"):
+            smi.write_text("")
+            Path(f"{smi}.rc").write_text(f"{exit_code}\n")
+            Path(f"{smi}.err").write_text(stderr)
+    if not gpus:
+        lspci = dest / "lspci.txt"
+        lspci.write_text(
+            "".join(ln for ln in lspci.read_text().splitlines(True) if "NVIDIA" not in ln)
+        )
+        (dest / "node.json").unlink()
+    return dest
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "stderr", "said"),
+    [
+        (127, "sh: 1: nvidia-smi: not found\n", "nvidia-smi not found"),
+        (9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+            "Make sure that the latest NVIDIA driver is installed and running.\n",
+         "the driver not loaded (nvidia-smi exit 9)"),
+    ],
+)  # fmt: skip
+def test_a_gpu_node_whose_driver_does_not_answer_is_never_healthy(
+    tmp_path: Path, exit_code: int, stderr: str, said: str
+) -> None:
+    """A tool's absence is no clean bill: the GPUs' state is unknown, so the node is not
+    healthy (and nothing is drained on that alone)."""
+    verdict = analyze(_without_nvidia_smi(tmp_path, exit_code=exit_code, stderr=stderr, gpus=True))
+    assert verdict["root_cause"] == "inconclusive", verdict["chain"]
+    finding = next(c for c in verdict["chain"] if c["stage"] == "gpu-pcie")
+    assert said in finding["finding"] and "NVIDIA GPU(s) on the PCI bus" in finding["finding"]
+    kinds = [p["kind"] for p in verdict["proposals"]]
+    assert "collect-more" in kinds and "node-drain" not in kinds
+
+
+def test_a_node_without_gpus_and_without_nvidia_smi_can_be_healthy(tmp_path: Path) -> None:
+    bundle = _without_nvidia_smi(
+        tmp_path, exit_code=127, stderr="sh: 1: nvidia-smi: not found\n", gpus=False
+    )
+    verdict = analyze(bundle)
+    # no NVIDIA device on the bus and no node object saying otherwise: no GPU to answer for
+    assert verdict["root_cause"] == "healthy", verdict["chain"]
+    assert not any(c["stage"] == "gpu-pcie" for c in verdict["chain"]), verdict["chain"]
