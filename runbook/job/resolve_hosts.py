@@ -8,7 +8,9 @@
 
 The first word is the node: a target (`ssh://[user@]host[:port]`, `kubectl://NS/POD`,
 `local`) or a host name, which is the inventory's entry of that name when an inventory is
-given (and must be in it), else `ssh://USER@NAME:22`. The other words are `key=value`
+given (and must be in it), else `ssh://USER@NAME:22`. A host, in a target or alone, must be a
+host name or an address (transports/address.py `is_host`: nothing a shell could expand),
+checked before any ssh config is read for it. The other words are `key=value`
 (shell quoting allowed): `ranks=` (a list of ranks and ranges: `0,1`, `0-7`) fills the node's
 ranks; `node=` names the node (default: the host of an ssh target — `host:port` when the file
 lists that host on several ports —, the pod of a kubectl one, the inventory name); every other
@@ -30,11 +32,10 @@ from typing import Any
 from runbook.errors import JobError, UsageError
 from runbook.job.models import JobNode, JobSpec, RankSpec
 from runbook.sweep.inventory import HostEntry
-from runbook.transports.address import SSHAddress, split_address
+from runbook.transports.address import HOST_RULE, SSHAddress, is_host, split_address
 from runbook.transports.nsenter import parse_kubectl_target
 
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_HOST = re.compile(r"^[A-Za-z0-9_.:\[\]-]+$")
 _NUMBER = re.compile(r"[0-9]{1,12}")
 
 
@@ -100,11 +101,9 @@ def _entry(
         return inventory[word]
     if has_inventory:
         raise UsageError(f"{word} is not in the inventory")
-    if not _HOST.match(word):
-        raise UsageError(f"not a host name: {word!r}")
-    return HostEntry(
-        word, f"ssh://{user}@{word}:22", user_given=user_given, port_given=False
-    )
+    if not is_host(word):
+        raise UsageError(f"{word[:120]!r} is not {HOST_RULE}")
+    return HostEntry(word, f"ssh://{user}@{word}:22", user_given=user_given, port_given=False)
 
 
 def _hosts_on_several_ports(text: str, user: str) -> frozenset[str]:

@@ -9,11 +9,13 @@ Commands, run through a `runner(command, timeout) -> CommandResult`: locally
                                  accounting record, without GPU indices
     scontrol show hostnames LIST the NodeList expanded by Slurm itself
 
-Each host becomes a sweep target: its entry in the Ansible inventory when one is given (so
-`ansible_host`, port, key and ProxyJump apply; a short name also matches an inventory FQDN),
-else `ssh://USER@HOST:22`. Ranks: scontrol does not say which task ran where (the layout
-depends on srun's distribution and on what each task starts), so each node gets one
-RankSpec(rank=None) with the node's GPU indices; the job's state, reason, exit code and
+Each host must be a host name or an address (transports/address.py `is_host`: nothing a
+shell could expand, since an ssh config's `Match exec` may hand it to one), else the job is
+refused in one line. Each becomes a sweep target: its entry in the Ansible inventory when one
+is given (so `ansible_host`, port, key and ProxyJump apply; a short name also matches an
+inventory FQDN), else `ssh://USER@HOST:22`. Ranks: scontrol does not say which task ran
+where (the layout depends on srun's distribution and on what each task starts), so each node
+gets one RankSpec(rank=None) with the node's GPU indices; the job's state, reason, exit code and
 signal, start and end are in `JobSpec.details`. Variables on each node: `slurm_job_id` and
 `nodes` (how many nodes the job spans).
 """
@@ -37,6 +39,7 @@ from runbook.job.slurm_parse import (
     parse_scontrol_jobs,
 )
 from runbook.sweep.inventory import HostEntry
+from runbook.transports.address import HOST_RULE, is_host
 from runbook.transports.base import CommandResult, Probe, Transport
 from runbook.transports.local import LocalTransport
 
@@ -103,6 +106,13 @@ def job_spec_from_slurm(
 ) -> JobSpec:
     """Pure: a job record and its expanded NodeList → the JobSpec (see the module docstring)."""
     user = ssh_user or default_ssh_user()
+    bad = [h for h in hosts if not is_host(h)]
+    if bad:
+        # a node list is read from the controller's text, which a job's own name can imitate:
+        # a name is checked before it becomes a target (an ssh config's `Match exec` would
+        # hand it to a shell)
+        shown = ", ".join(repr(h[:120]) for h in bad[:3]) + (", …" if len(bad) > 3 else "")
+        raise JobError(f"slurm:{job.ref}: {source} NodeList gave {shown}: not {HOST_RULE}")
     started = job.get("StartTime")
     failed = job.get("FailedNode")
     failed_hosts = expand_hostlist(failed) if failed else []

@@ -48,6 +48,7 @@ from typing import Any
 
 from runbook.errors import UsageError
 from runbook.sweep.sshargs import parse_ssh_args
+from runbook.transports.address import HOST_RULE, is_host
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +177,10 @@ def entry_from_hostvars(
     )
     problems += args.problems
     address = _text(hostvars.get("ansible_host") or hostvars.get("ansible_ssh_host")) or name
+    if not is_host(address.strip("[]")):
+        # never looked up in an ssh config: a `Match exec` line would hand it to a shell
+        what = "ansible_host" if address != name else "the inventory name"
+        problems.append(f"{what} {address[:120]!r} is not {HOST_RULE}")
     port_value = hostvars.get("ansible_port") or hostvars.get("ansible_ssh_port") or args.port
     port = 22
     try:

@@ -1,8 +1,23 @@
 """An SSH address, `[user@]host[:port]` (an IPv6 host in brackets): parsed without paramiko, so
-a plan or a host file that only names a node does not load the SSH client."""
+a plan or a host file that only names a node does not load the SSH client.
+
+Host names are checked here, by `is_host`, wherever they come from (a `--target` or `--jump`
+and every other `ssh://` address through `split_address`; a hosts file's bare names, an
+inventory's `ansible_host`, a Slurm node list where they are read) and before any ssh config
+is read for them: a `Match exec "… %h …"` line hands the name to a shell, so a name must be
+nothing a shell or a `%` token could expand. As OpenSSH 9.6 refuses user and host names with shell
+metacharacters, only this is a host: an IPv4 or IPv6 address (no zone: `%` is a token), or
+dot-separated labels of letters, digits, `-` and `_` (1 to 63 characters, not beginning or
+ending with `-`; 253 in all, an optional final dot). `_` is allowed although RFC 1123 does not:
+OpenSSH accepts it, and such names are often ssh config aliases or Ansible inventory names
+(`gpu_node_01`) rather than DNS names; it is no shell metacharacter. User names are not
+restricted here: paramiko's `Match exec` expands `%r` from the config's own `User`, never from
+ours, and sshd receives the name as one word.
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -58,9 +73,33 @@ def typed_name(text: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
+HOST_RULE = "a host name (letters, digits, '-', '_' and dots) or an IP address"
+
+
+def is_host(text: str) -> bool:
+    """Whether `text` is a host name or an IPv4/IPv6 address (see the module docstring)."""
+    if ":" in text:
+        try:
+            ipaddress.IPv6Address(text)
+        except ValueError:
+            return False
+        return "%" not in text
+    name = text[:-1] if text.endswith(".") else text
+    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+
+
+def _shown(text: str) -> str:
+    """A name as an error shows it: quoted, control characters escaped, cut at 120."""
+    shown = repr(text[:120])
+    return shown if len(text) <= 120 else shown + "…"
+
+
 def split_address(text: str) -> tuple[str | None, str, int | None]:
     """`[user@]host[:port]` → (user or None, host, port or None): what was given, no
-    defaults filled in (an ssh config may supply them)."""
+    defaults filled in (an ssh config may supply them). UsageError when it is not an address,
+    or its host is not a host (is_host): nothing a shell could expand reaches an ssh config
+    lookup."""
     match = _SSH_URL.match(text.strip())
     if not match:
         # `user:password@host` is not an address, and the password is not repeated
@@ -69,4 +108,12 @@ def split_address(text: str) -> tuple[str | None, str, int | None]:
     port = int(match.group("port")) if match.group("port") else None
     if port is not None and not 0 < port < 65536:
         raise UsageError(f"bad SSH port in {text!r}")
-    return match.group("user") or None, match.group("host").strip("[]"), port
+    user, host = match.group("user") or None, match.group("host").strip("[]")
+    if not is_host(host):
+        whole = text.strip() in (host, f"[{host}]")
+        raise UsageError(
+            f"SSH address {_shown(text.strip())}"
+            + ("" if whole else f": {_shown(host)}")
+            + f" is not {HOST_RULE}"
+        )
+    return user, host, port

@@ -62,8 +62,8 @@ def _reachable(path: Path) -> bool:
     return all(p.stat().st_mode & 0o001 for p in path.resolve().parents)
 
 
-@pytest.fixture
-def other_user() -> Iterator[OtherUser]:
+def another_user() -> Iterator[OtherUser]:
+    """The body of a test module's fixture: `yield from another_user()`."""
     if os.geteuid() != 0:
         pytest.fail("these tests act as another user: they need root")
     nobody = pwd.getpwnam("nobody")

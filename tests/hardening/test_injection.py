@@ -217,10 +217,9 @@ def test_inventory_values_reach_the_shell_as_one_word_or_never_reach_it(
     log = host.sshd_log_tail(200)
     assert f"Invalid user {user} from" in log, log  # the whole value, as one user name
     assert hosts["addr-host"]["status"] == "error", hosts["addr-host"]
-    assert "not an SSH address" in hosts["addr-host"]["error"]
-    assert [c[:3] for c in kubectl_calls(tmp_path / "kubectl-argv.jsonl")] == [
-        ["get", "pod", "-n"]
-    ]
+    assert "ansible_host '$(touch" in hosts["addr-host"]["error"]
+    assert "is not a host name" in hosts["addr-host"]["error"]
+    assert [c[:3] for c in kubectl_calls(tmp_path / "kubectl-argv.jsonl")] == [["get", "pod", "-n"]]
 
 
 def test_hosts_file_variables_reach_the_shell_as_one_word(

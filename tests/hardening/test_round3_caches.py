@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from runbook import dataclass_cache, template_cache, templating
-from tests.hardening.other_user import OtherUser, other_user  # noqa: F401 (a fixture)
+from tests.hardening.other_user import OtherUser, another_user
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "tests" / "bundles" / "gpu-memory-oom"
@@ -59,6 +59,12 @@ def _forget_compiled() -> None:
     ):
         cached.cache_clear()
     templating._PARSED.clear()
+
+
+@pytest.fixture
+def other_user() -> Iterator[OtherUser]:
+    """Another real account: the attacker (tests/hardening/other_user.py)."""
+    yield from another_user()
 
 
 @pytest.fixture
@@ -129,7 +135,7 @@ def test_a_templates_directory_swapped_for_a_link_after_it_was_opened_is_never_r
 
 def test_a_cache_base_another_user_controls_is_never_used_while_they_swap_it(
     other_user: OtherUser,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """$XDG_CACHE_HOME in another user's directory: they exchange root's `nccl-runbook` with a
     link to their forged tree as fast as the kernel lets them (renameat2 RENAME_EXCHANGE)
@@ -187,7 +193,7 @@ while time.time() < end:
 
 def test_a_link_another_user_placed_at_the_cache_makes_root_create_nothing_there(
     other_user: OtherUser,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """`nccl-runbook -> /elsewhere` pre-placed in another user's $XDG_CACHE_HOME: root follows
     no link into a directory they chose, and writes nothing there."""
@@ -203,7 +209,7 @@ def test_a_link_another_user_placed_at_the_cache_makes_root_create_nothing_there
 
 def test_cache_files_another_user_owns_are_never_loaded(
     other_user: OtherUser,
-    tmp_path: Path,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     """root's own 0700 cache directory holding files of another user's (0666: left by a
     directory that was theirs, a copy, a restore): each file's owner and mode are checked on
