@@ -245,6 +245,26 @@ def gpu_drain_fault(facts: Facts, variables: Variables) -> bool:
     )
 
 
+#: how nvidia-smi says the driver is not there to answer: (its words, or its exit code) and what
+#: that means of the driver, most specific first (npd and the derived fact gpu_driver_down)
+DRIVER_STATES: tuple[tuple[re.Pattern[str], int | None, str], ...] = (
+    (re.compile(r"couldn't communicate with the NVIDIA driver", re.I), 9, "not loaded"),
+    (re.compile(r"NVML Shared Library Not Found", re.I), 12, "missing"),
+    (re.compile(r"Driver/library version mismatch", re.I), None, "broken"),
+    (re.compile(r"No devices were found", re.I), 6, "sees no GPU"),
+    (re.compile(r"Failed to initialize NVML", re.I), None, "broken"),
+)
+
+
+def driver_state(exit_code: int | None, said: str) -> str | None:
+    """What nvidia-smi's exit code or words say of the driver (`not loaded`, `missing`,
+    `broken`, `sees no GPU`), or None when they say nothing of it."""
+    for words, code, state in DRIVER_STATES:
+        if words.search(said) or (code is not None and exit_code == code):
+            return state
+    return None
+
+
 #: labels GPU feature discovery / the GPU operator put on a GPU node
 _GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
 
@@ -265,8 +285,6 @@ def gpu_driver_down(facts: Facts, variables: Variables) -> str:
     installed, the driver not loaded, broken, seeing no GPU), with what says the node has
     them; "" when the driver answered, or nothing says the node has a GPU. A tool's absence
     is never a clean bill: such a node is not healthy, its GPUs' state is unknown."""
-    from runbook.parsers.nvidia_smi import driver_state
-
     smi = _section(facts, "nvidia_smi")
     if _number(smi.get("gpu_count")):
         return ""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from runbook.parsers import nvidia_smi
+from runbook import derived
 from runbook.remedies import kinds
 from runbook.verdict import StageSummary, Verdict
 
@@ -50,7 +50,7 @@ GPU_STAGE = "gpu-pcie"
 NODE_STAGE = "rank-lifecycle"
 #: how nvidia-smi says the driver is not there to answer: (its words, or its exit code) and
 #: what that means of the driver, most specific first
-_DRIVER_STATES = nvidia_smi.DRIVER_STATES
+_DRIVER_STATES = derived.DRIVER_STATES
 #: labels GPU feature discovery / the GPU operator put on a GPU node
 _GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
 
@@ -155,6 +155,17 @@ def from_verdict(verdict: Verdict, max_length: int = DEFAULT_MAX_LENGTH) -> NpdR
         cause = next((f for f in verdict.chain if f.cause == verdict.root_cause), None)
         what = cause.finding if cause else drains[0].summary
         return NpdResult(NON_OK, fit(f"{verdict.root_cause}: {what}", max_length))
+    uncorroborated = next(
+        (p for p in verdict.proposals if (p.params or {}).get("corroborate")), None
+    )
+    if uncorroborated is not None:
+        # only an application's words name the fault: never NonOK (a tenant could print the
+        # line), and not OK either until the node's own tools have been read
+        return NpdResult(
+            UNKNOWN,
+            fit(f"{verdict.root_cause} named only by the application; the node's own tools "
+                "show no fault", max_length),
+        )  # fmt: skip
     problem = gpu_driver_problem(verdict)
     if problem is not None:
         result = _driver_result(verdict, problem, max_length)

@@ -366,6 +366,11 @@ def _remedy_proposals(
         kind = conductor.runbook.remedy(remedy_id).kind
         if not kinds.proposed_on(kind, root_cause):
             continue  # decided on the kind: its templates are not rendered for nothing
+        if kinds.takes_node_out(kind) and not node_hardware_evidence(walked, root_cause):
+            # the application's words can name a GPU fault; they never drain a node by
+            # themselves (a tenant could print the line): collect the node's own first
+            proposals.append(collect_more.corroboration_proposal(root_cause))
+            continue
         proposal = _proposal(conductor, remedy_id, context)
         missing = kinds.missing(proposal)
         if missing:
@@ -376,6 +381,26 @@ def _remedy_proposals(
             )
         proposals.append(proposal)
     return proposals
+
+
+#: what the job itself wrote (its logs, NCCL's, its benchmarks' output): words a tenant
+#: controls, never by themselves evidence of the node's hardware
+_APPLICATION_SOURCES = ("app/", "nccl/", "nccl-tests/")
+
+
+def node_hardware_evidence(walked: list[Any], cause: str) -> bool:
+    """Some finding of `cause` stands on more than the job's own words: evidence from the
+    node's tools (kernel log, nvidia-smi, DCGM, …), or a finding a runbook drew without an
+    evidence list (its rule read the node's files). A finding whose every evidence line is
+    the application's (app/, nccl/) does not."""
+    for record in walked:
+        for finding in record.findings:
+            if finding.cause != cause:
+                continue
+            sources = [str(e.get("source") or "") for e in finding.evidence]
+            if not sources or not all(s.startswith(_APPLICATION_SOURCES) for s in sources):
+                return True
+    return False
 
 
 def _proposals(

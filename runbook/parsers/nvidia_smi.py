@@ -577,26 +577,6 @@ def _stdout(files: Files, name: str) -> str | None:
     return result.stdout if is_collected(result) and result.exited in (0, None) else None
 
 
-#: how nvidia-smi says the driver is not there to answer: (its words, or its exit code) and what
-#: that means of the driver, most specific first (npd and the derived fact gpu_driver_down)
-DRIVER_STATES: tuple[tuple[re.Pattern[str], int | None, str], ...] = (
-    (re.compile(r"couldn't communicate with the NVIDIA driver", re.I), 9, "not loaded"),
-    (re.compile(r"NVML Shared Library Not Found", re.I), 12, "missing"),
-    (re.compile(r"Driver/library version mismatch", re.I), None, "broken"),
-    (re.compile(r"No devices were found", re.I), 6, "sees no GPU"),
-    (re.compile(r"Failed to initialize NVML", re.I), None, "broken"),
-)
-
-
-def driver_state(exit_code: int | None, said: str) -> str | None:
-    """What nvidia-smi's exit code or words say of the driver (`not loaded`, `missing`,
-    `broken`, `sees no GPU`), or None when they say nothing of it."""
-    for words, code, state in DRIVER_STATES:
-        if words.search(said) or (code is not None and exit_code == code):
-            return state
-    return None
-
-
 def _exit_facts(files: Files) -> dict[str, Any]:
     """The telling exit code (driver not loaded, GPU lost) and where it was read."""
     code, meaning = _exit(files)

@@ -322,3 +322,45 @@ def test_a_recorded_driver_failure_is_judged_by_what_says_the_node_has_a_gpu(
     bundle = bundle_where_nvidia_smi(tmp_path, rc, said, label=label, lspci=lspci)
     proc = npd(rule_argv(f"replay://{bundle}"))
     assert (proc.returncode, proc.stdout.strip()) == (status, line), proc.stderr[-2000:]
+
+
+# --- a tenant's words never drain a node (security round 3) ---------------------------------
+
+
+def _tenant_says_ecc(tmp_path: Path, extra: dict[str, str] | None = None) -> Path:
+    """The healthy node, its kernel log, nvidia-smi and DCGM clean, with one line a job
+    printed: what a tenant can write into its own log."""
+    root = bundle_with(tmp_path, extra or {})
+    log = root / "app" / "rank-0.log"
+    line = "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+    log.write_text(log.read_text() + line)
+    return root
+
+
+def test_a_job_that_prints_an_ecc_error_gets_no_drain_and_npd_is_not_nonok(tmp_path: Path) -> None:
+    bundle = _tenant_says_ecc(tmp_path)
+    analyzed = subprocess.run(
+        [sys.executable, "-m", "runbook", "analyze", str(bundle), "--format", "json"],
+        capture_output=True, text=True, timeout=120, check=True, cwd=ROOT,
+    )  # fmt: skip
+    verdict = json.loads(analyzed.stdout)
+    assert verdict["root_cause"] == "gpu-hardware"  # the application's words may name it
+    kinds = {p["kind"]: p for p in verdict["proposals"]}
+    assert "node-drain" not in kinds, kinds
+    assert "only the application's own words name gpu-hardware" in kinds["collect-more"]["summary"]
+    proc = npd(rule_argv(f"replay://{bundle}"))
+    assert proc.returncode == 2, proc.stdout  # Unknown: never NonOK on a tenant's line
+    assert proc.stdout.startswith("gpu-hardware named only by the application")
+
+
+def test_the_same_line_with_the_kernel_log_showing_the_fault_drains(tmp_path: Path) -> None:
+    """Corroborated by the node itself (an Xid in its kernel log): the drain is proposed."""
+    dmesg = (bundles.path("healthy") / "dmesg.txt").read_text() + (
+        "[Mon Mar  2 03:00:01 2026] NVRM: Xid (PCI:0000:18:00): 48, pid=4242, name=python3, "
+        "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+        "at partition 0, subpartition 0.\n"
+    )
+    bundle = _tenant_says_ecc(tmp_path, {"dmesg.txt": dmesg})
+    proc = npd(rule_argv(f"replay://{bundle}"))
+    assert proc.returncode == 1, proc.stdout
+    assert proc.stdout.startswith("gpu-hardware")

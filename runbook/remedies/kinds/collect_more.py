@@ -23,6 +23,26 @@ class CollectMore(KindDefaults):
 KIND = CollectMore()
 
 
+#: the node's own hardware evidence a drain needs (DESIGN: the application's words never drain)
+HARDWARE_EVIDENCE = ("the kernel log (dmesg -T)", "nvidia-smi -q", "dcgmi health -c")
+
+
+def corroboration_proposal(cause: str) -> dict[str, Any]:
+    """Instead of a drain the application's words alone asked for: collect the node's own
+    hardware evidence first, and say why."""
+    return {
+        "id": NAME + "-hw-" + hashlib.sha256(cause.encode()).hexdigest()[:10],
+        "kind": NAME,
+        "requires_approval": False,
+        "summary": (
+            f"no drain: only the application's own words name {cause}; nothing the node "
+            f"itself reports shows it. Collect {', '.join(HARDWARE_EVIDENCE)} and re-run: "
+            "a drain needs the node's own hardware evidence"
+        ),
+        "params": {"stages": [], "corroborate": cause},
+    }
+
+
 def gap_proposal(missing_stages: Sequence[str]) -> dict[str, Any]:
     """The proposal to collect what the walk could not read (the stages' ids), or, with
     nothing missing, the application logs and dmesg."""
