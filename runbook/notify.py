@@ -11,7 +11,10 @@ rendered from a node's facts and must not carry a credential out. Every text is 
 
 Delivery uses the standard library (one POST, nothing a dependency would add): a timeout on
 every attempt, at most `ATTEMPTS` attempts with a short backoff, all within `DEADLINE`
-seconds; a 5xx, a 408, a 429 or a network error is retried, any other answer is final. It
+seconds; a 5xx, a 408, a 429 or a network error is retried, any other answer is final. The
+timeout bounds the whole attempt, not each read: a receiver that answers a byte at a time
+(each read well within a socket timeout) has its connection shut when the attempt's time is
+up (`_Watch`). It
 never raises: it returns a `Delivery` the caller turns into one warning line. The URL may hold
 a token (Slack's does), so it is only ever shown as `scheme://host/…` (`shown_url`).
 
@@ -21,7 +24,10 @@ Payload building is pure; `deliver` is the I/O edge.
 from __future__ import annotations
 
 import datetime as dt
+import http.client
 import json
+import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -164,6 +170,84 @@ class Delivery:
     error: str | None = None
 
 
+class _Watch:
+    """The connections of one attempt, shut down when its time is up: urllib's timeout is per
+    socket operation, and a byte every second never trips it."""
+
+    def __init__(self) -> None:
+        self.connections: list[http.client.HTTPConnection] = []
+        self.expired = False
+        self._lock = threading.Lock()
+
+    def add(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self.connections.append(connection)
+            if self.expired:
+                self._shut(connection)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for connection in self.connections:
+                self._shut(connection)
+
+    @staticmethod
+    def _shut(connection: http.client.HTTPConnection) -> None:
+        sock = connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # a read blocked on it returns at once
+            except OSError:
+                pass
+
+
+class _WatchedHandler(urllib.request.AbstractHTTPHandler):
+    watch: _Watch
+
+    def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
+        def connection(*args: Any, **kw: Any) -> http.client.HTTPConnection:
+            made = http_class(*args, **kw)
+            self.watch.add(made)
+            return made
+
+        return super().do_open(connection, req, **kwargs)
+
+
+class _HTTP(_WatchedHandler, urllib.request.HTTPHandler):
+    pass
+
+
+class _HTTPS(_WatchedHandler, urllib.request.HTTPSHandler):
+    pass
+
+
+def _post(request: urllib.request.Request, budget: float) -> None:
+    """Send `request` and read the answer, all within `budget` seconds (TimeoutError past
+    it); an HTTP error status raises HTTPError, as urlopen does."""
+    watch = _Watch()
+    handlers = []
+    for cls in (_HTTP, _HTTPS):
+        handler = cls()
+        handler.watch = watch
+        handlers.append(handler)
+    opener = urllib.request.build_opener(*handlers)
+    timer = threading.Timer(budget, watch.expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        with opener.open(request, timeout=budget) as answer:
+            try:
+                answer.read(65536)
+            except (OSError, http.client.HTTPException):
+                pass  # its status said it took the notice: delivered, whatever the body
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        if watch.expired and not isinstance(exc, urllib.error.HTTPError):
+            raise TimeoutError from exc
+        raise
+    finally:
+        timer.cancel()
+
+
 def _retryable(status: int) -> bool:
     return status >= 500 or status in (408, 429)
 
@@ -198,8 +282,7 @@ def deliver(
             headers={"Content-Type": "application/json", "User-Agent": "nccl-runbook"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=min(timeout, left)) as answer:  # noqa: S310
-                answer.read(65536)
+            _post(request, min(timeout, left))
             return Delivery(True, attempt)
         except urllib.error.HTTPError as exc:
             error = f"HTTP {exc.code}"
@@ -214,7 +297,8 @@ def deliver(
                 if isinstance(reason, TimeoutError)
                 else f"{getattr(reason, 'strerror', None) or reason}"
             )
-        except (OSError, ValueError) as exc:  # a reset connection, a malformed answer
+        except (OSError, ValueError, http.client.HTTPException) as exc:
+            # a reset connection, a malformed answer
             error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
         if attempt < attempts:
             pause = BACKOFF[min(attempt - 1, len(BACKOFF) - 1)]
