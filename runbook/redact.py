@@ -9,6 +9,10 @@ What it catches, by shape or by name:
 
 - PEM private keys (`-----BEGIN … PRIVATE KEY-----` … `-----END …-----`, also inside JSON
   strings with `\\n` escapes, also cut off before their END line): the body goes;
+- a key's body without its BEGIN line (a log read from its last N lines, the BEGIN line just
+  outside them): three or more lines in a row of 64 (PEM) or 70 (OpenSSH) base64 characters
+  and the short line that ends them, the body lines right before a private key's END line,
+  and an OpenSSH key's body from its first line (`b3BlbnNzaC1rZXktdjE`, "openssh-key-v1");
 - `NAME=value`, `NAME: value`, `"NAME": "value"`, `--name value` where NAME ends in a
   credential word (`HF_TOKEN`, `WANDB_API_KEY`, `AWS_SECRET_ACCESS_KEY`, `password`,
   `client_secret`, `PGPASSWORD`, `MYSQL_PWD`, …), and Kubernetes env entries
@@ -91,6 +95,19 @@ _PEM = re.compile(
 #: the last word of a line of a key's body (after whatever prefix a logger put before it)
 _BODY_TAIL = re.compile(r"(?<![A-Za-z0-9+/=<])([A-Za-z0-9+/=]+|<REDACTED>)([ \t]*\r?\n?)$")
 _PEM_HEADER = re.compile(r"((?:Proc-Type|DEK-Info|Comment):[ \t]*)(\S.*?)([ \t]*\r?\n?)$")
+#: base64's alphabet as b"A", every other byte as b" ": a run of 62 b"A" in a text so
+#: translated is where a key's body line may be (found at bytes.find's speed: a regular
+#: expression's character class costs ten times more on a 4 MiB log)
+_B64_RUNS = bytes(
+    ord("A") if chr(c).isascii() and (chr(c).isalnum() or chr(c) in "+/") else ord(" ")
+    for c in range(256)
+)
+_B64_RUN = b"A" * 62
+_HEX = frozenset("0123456789abcdefABCDEF")
+#: the start of every OpenSSH private key's body ("openssh-key-v1\0" in base64)
+_OPENSSH_BODY = "b3BlbnNzaC1rZXktdjE"
+#: lines of a key's body in a row that make a headless block one
+_BODY_RUN = 3
 _SHAPES = re.compile(
     r"(?<![A-Za-z0-9_])(?:"
     r"hf_[A-Za-z0-9]{20,}"
@@ -196,6 +213,92 @@ def _key_lines(text: str) -> str:
     return "".join(out)
 
 
+def _body_word(line: str) -> str | None:
+    """The base64 word a line of a key's body ends in (not one already redacted)."""
+    tail = _BODY_TAIL.search(line)
+    if tail is None or tail.group(1) == REDACTED:
+        return None
+    return tail.group(1)
+
+
+def _full_body(line: str) -> bool:
+    """A full line of a key's body: 64 (PEM) or 70 (OpenSSH) base64 characters, padding
+    included, both cases of letters (a digest in hex, an identifier, is not one)."""
+    word = _body_word(line)
+    if word is None or len(word) not in (64, 70):
+        return False
+    bare = word.rstrip("=")
+    return (
+        len(word) - len(bare) <= 2
+        and "=" not in bare
+        and not _HEX.issuperset(bare)
+        and bare != bare.lower()
+        and bare != bare.upper()
+    )
+
+
+def _may_hold_key_body(text: str) -> bool:
+    """Whether `text` has a run of 62 base64 characters (a cheap test before any line is
+    looked at)."""
+    return text.encode("utf-8", "surrogatepass").translate(_B64_RUNS).find(_B64_RUN) >= 0
+
+
+def _headless_keys(text: str) -> str:
+    """A key's body whose BEGIN line is not in `text` (see the module docstring): each of its
+    lines' key text becomes `<REDACTED>`."""
+    lines = text.splitlines(keepends=True)
+    secret = [False] * len(lines)
+    ends = [bool(_END.search(line)) for line in lines] if "PRIVATE KEY" in text else None
+
+    def is_end(index: int) -> bool:
+        return ends is not None and 0 <= index < len(lines) and ends[index]
+
+    index = 0
+    while index < len(lines):
+        if not _full_body(lines[index]):
+            index += 1
+            continue
+        run_end = index
+        while run_end < len(lines) and _full_body(lines[run_end]):
+            run_end += 1
+        # the short line that ends a body: before an END line, or padded, or as long a prefix
+        last = run_end
+        word = _body_word(lines[last]) if last < len(lines) else None
+        if word is not None and len(word) < 70:
+            bare = lines[last].strip() == word  # nothing but the word on its line
+            if bare or word.endswith("=") or is_end(last + 1):
+                last += 1
+        first_word = _body_word(lines[index]) or ""
+        if (
+            run_end - index >= _BODY_RUN
+            or first_word.startswith(_OPENSSH_BODY)
+            or is_end(last)
+            or is_end(run_end)
+        ):
+            for covered in range(index, last):
+                secret[covered] = True
+        index = max(last, index + 1)
+    if ends is not None:
+        # a body too short for a run, right before its END line: its last line may be short
+        for end, is_end_line in enumerate(ends):
+            if not is_end_line or _BEGIN.search(lines[end]):
+                continue
+            before = end - 1
+            if before >= 0 and _body_word(lines[before]) and not _full_body(lines[before]):
+                secret[before] = True  # the body's short last line
+                before -= 1
+            while before >= 0 and _full_body(lines[before]):
+                secret[before] = True
+                before -= 1
+    if not any(secret):
+        return text
+    out = []
+    for line, hidden in zip(lines, secret, strict=True):
+        tail = _BODY_TAIL.search(line) if hidden else None
+        out.append(line[: tail.start(1)] + REDACTED + tail.group(2) if tail else line)
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class _Rule:
     pattern: re.Pattern[str]
@@ -289,6 +392,8 @@ def _redact_short(text: str) -> str:
 def _redact(text: str) -> str:
     if "PRIVATE KEY" in text:
         text = _key_lines(text)
+    if "PRIVATE KEY" in text or _may_hold_key_body(text):
+        text = _headless_keys(text)
     lower = _lower(text)
     for rule in _RULES:
         redacted = _apply(rule, text, lower)
@@ -352,7 +457,7 @@ BLOCK_CHARS = 4 * 1024 * 1024
 
 def redact_lines(lines: Iterable[str]) -> Iterator[str]:
     """Redact a stream of lines (a file too large to hold) block by block; a private key block
-    is never split across two blocks."""
+    is never split across two blocks, nor a run of a key's body lines without its BEGIN."""
     block: list[str] = []
     size = 0
     in_key = False
@@ -361,7 +466,7 @@ def redact_lines(lines: Iterable[str]) -> Iterator[str]:
         size += len(line)
         if "PRIVATE KEY" in line:
             in_key = "-----BEGIN" in line and "-----END" not in line[line.find("-----BEGIN") :]
-        if size >= BLOCK_CHARS and not in_key:
+        if size >= BLOCK_CHARS and not in_key and not _full_body(line):
             yield redact("".join(block))
             block, size = [], 0
         elif size >= 4 * BLOCK_CHARS:  # an unterminated key: stop holding lines back
