@@ -11,8 +11,10 @@ node.json, hostname.txt, nvidia-smi, the hosts of NCCL lines and journal lines) 
 shape (IPv4/IPv6, UUIDs, GPU/MIG UUIDs, PCI bus IDs, MAC addresses, 64-hex container IDs,
 e-mail addresses, /home/USER). One `Sanitizer` serves a whole bundle and its verdict: the same
 original always gets the same placeholder, numbered in the order first seen, and the variants of
-one identifier (a UUID with `-` or `_`, a bus ID with an 8- or 4-digit domain or none, a host name
-in any case) share one. Credentials are redacted first (runbook.redact).
+one identifier (a UUID with `-` or `_` or none, in either case, a bus ID with an 8- or 4-digit
+domain or none, a name in any case and with `_` for `-` or the other way round, a name glued to
+a word by `_` as in `gpu-node-07_rank0`) share one. Credentials are redacted first
+(runbook.redact).
 
 A name too short or too common to replace everywhere (namespace `ml`, `dev`: `/dev/shm` must
 survive) is replaced only where it is named as such: `namespace: dev`, `"namespace": "dev"`,
@@ -117,6 +119,10 @@ _BUS_ANY = re.compile(
     rf"|(?:(?<=PCI:)|(?<=Xid \()){_HEX}{{4}}:{_HEX}{{2}}:{_HEX}{{2}}(?![0-9A-Za-z:.])"
 )
 _HEX64 = re.compile(rf"(?<![0-9A-Za-z:]){_HEX}{{64}}(?![0-9A-Za-z])")
+_UUID_ANY = re.compile(
+    rf"(?<![0-9A-Za-z]){_HEX}{{8}}([-_]){_HEX}{{4}}\1{_HEX}{{4}}\1{_HEX}{{4}}\1{_HEX}{{12}}"
+    r"(?![0-9A-Za-z])"
+)
 _SERIAL = re.compile(r"^\s*Serial Number\s*:\s*(\S+)\s*$", re.MULTILINE)
 _LSPCI_SLOT = re.compile(rf"^(?:{_HEX}{{4}}:)?({_HEX}{{2}}:{_HEX}{{2}}\.[0-7]) ", re.MULTILINE)
 
@@ -157,6 +163,7 @@ class Sanitizer:
         self._short_bus: set[str] = set()  # bus IDs in every spelling seen or implied
         self._bus_forms: set[str] = set()
         self._hex64: set[str] = set()  # container IDs, to know them cut short
+        self._uuids: set[str] = set()  # UUIDs seen (dashed, lower case): known undashed too
         self._pattern: re.Pattern[str] | None = None
         self._keyed_pattern: re.Pattern[str] | None = None
 
@@ -188,6 +195,9 @@ class Sanitizer:
         placeholder = self._assign(kind, f"lit:{low}", value)
         (self._literals if _distinctive(value) else self._keyed)[low] = placeholder
         self._pattern = None
+        for variant in (value.replace("-", "_"), value.replace("_", "-")):
+            if variant != value:  # the same name as a shell variable or a file name has it
+                self.learn_alias(variant, placeholder)
         if kind == "NODE" and "." in value and not value.replace(".", "").isdigit():
             # an FQDN's short name is the same node
             self.learn_alias(value.split(".", 1)[0], placeholder)
@@ -222,7 +232,7 @@ class Sanitizer:
                 for slot in _LSPCI_SLOT.findall(text):
                     self._short_bus.add(slot.lower())
                     self._pattern = None
-        except (ValueError, yaml.YAMLError, AttributeError, IndexError, TypeError):
+        except (ValueError, yaml.YAMLError, AttributeError, IndexError, TypeError, RecursionError):
             pass  # a file that is not what its name says teaches nothing
         if name.startswith("nccl/") or "NCCL" in text[:65536]:
             for host in dict.fromkeys(_NCCL_HOST.findall(text)):
@@ -239,6 +249,7 @@ class Sanitizer:
             if name in ("pod.json", "node.json") and match.group(0).startswith('"uid"'):
                 continue  # only a Pod's own uid (read above) is a pod UID
             self._pod_uids.add(match.group(1).lower().replace("_", "-"))
+            self._learn_uuid(match.group(1))
 
     def _prescan(self, text: str) -> None:
         """Learn the spellings a later pass must know before it meets them: a bus ID's short
@@ -250,6 +261,14 @@ class Sanitizer:
             if match.group(0).lower() not in self._hex64:
                 self._hex64.add(match.group(0).lower())
                 self._pattern = None
+        for match in _UUID_ANY.finditer(text):
+            self._learn_uuid(match.group(0))
+
+    def _learn_uuid(self, value: str) -> None:
+        key = value.lower().replace("_", "-")
+        if key not in self._uuids:
+            self._uuids.add(key)
+            self._pattern = None
 
     def _observe_meta(self, meta: Any) -> None:
         if not isinstance(meta, Mapping):
@@ -303,6 +322,8 @@ class Sanitizer:
         uid = meta.get("uid")
         if isinstance(uid, str):
             self._pod_uids.add(uid.lower().replace("_", "-"))
+            if _UUID_ANY.fullmatch(uid):
+                self._learn_uuid(uid)
         for key in _JOB_LABELS:
             self.learn("JOB", labels.get(key))
         for owner in meta.get("ownerReferences") or []:
@@ -329,7 +350,8 @@ class Sanitizer:
                 longest = sorted(self._literals, key=len, reverse=True)
                 words = "|".join(re.escape(w) for w in longest)
                 alternatives.append(
-                    rf"(?<![>A-Za-z0-9_-])(?P<lit>(?i:{words}))(?!<[A-Z])(?![>A-Za-z0-9_-])"
+                    # `_` glues a name to a word (`gpu-node-07_rank0`), `-` is part of one
+                    rf"(?<![>A-Za-z0-9-])(?P<lit>(?i:{words}))(?!<[A-Z])(?![>A-Za-z0-9-])"
                 )
             if self._short_bus:
                 slots = "|".join(
@@ -337,6 +359,10 @@ class Sanitizer:
                 )
                 alternatives.append(
                     rf"(?<![>0-9A-Za-z:.])(?P<shortbus>(?i:{slots}))(?!<[A-Z])(?![>0-9A-Za-z]|\.\d)"
+                )
+            if self._uuids:  # 32 hex digits: replaced when a UUID seen with dashes (_replace)
+                alternatives.append(
+                    rf"(?<![>0-9A-Za-z])(?P<uuid32>{_HEX}{{32}})(?!<[A-Z])(?![>0-9A-Za-z])"
                 )
             if self._hex64:
                 alternatives.append(
@@ -373,11 +399,19 @@ class Sanitizer:
         value = match.group(group) if group else match.group(0)
         if group == "lit":
             return self._literals[value.lower()]
+        if group == "uuid32":  # a UUID seen with its dashes, written without them
+            low = value.lower()
+            key = "-".join((low[:8], low[8:12], low[12:16], low[16:20], low[20:]))
+            if key not in self._uuids:
+                return value  # 32 hex digits of something else (a digest, a trace id)
+            kind = "POD_UID" if key in self._pod_uids else "UUID"
+            return self._assign(kind, f"uuid:{key}", value)
         if group in ("bus", "shortbus"):
             return self._assign("BUS_ID", f"bus:{self._learn_bus(value)}", value)
         if group == "uuid" or match.group("uuid") is not None:
             value = match.group("uuid")
             key = value.lower().replace("_", "-")
+            self._learn_uuid(value)
             kind = "POD_UID" if key in self._pod_uids else "UUID"
             return self._assign(kind, f"uuid:{key}", value)
         if group in ("mig", "gpu"):
