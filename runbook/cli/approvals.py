@@ -21,7 +21,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runbook.cli.options import complete_proposal, format_option, load_config, textfile_dir_option
+from runbook.cli.options import (
+    complete_proposal,
+    format_option,
+    load_config,
+    proposal_id,
+    textfile_dir_option,
+)
 from runbook.output import PrintableConsole, count, output_console, write_rendered
 from runbook.verdict import Proposal as VerdictProposal
 from runbook.verdict import Verdict
@@ -235,7 +241,7 @@ def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -
 
 @approvals.command("show")
 @_db_option
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @format_option("text", "json", default="text")
 @click.pass_context
 def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
@@ -250,7 +256,7 @@ def show_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
 
 @approvals.command("preview")
 @_db_option
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @format_option("text", "json", default="text")
 @click.pass_context
 def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
@@ -294,7 +300,7 @@ def report_execution(console: Console, execution: Execution) -> None:
 @approvals.command("approve")
 @_db_option
 @textfile_dir_option
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
               "the OS user), e.g. behind a shared account.")
 @click.option("--no-recheck", is_flag=True, help="Do not re-walk the runbook on the node first "
@@ -349,7 +355,7 @@ def approve_cmd(
 @approvals.command("deny")
 @_db_option
 @textfile_dir_option
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @click.option("--reason", required=True, help="Why (recorded in the audit trail).")
 @click.option(
     "--as",
@@ -372,7 +378,7 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None, fmt
 @approvals.command("recover")
 @_db_option
 @textfile_dir_option
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
 @click.option("--force", is_flag=True,
               help="Recover although the claiming process ran on another host (check it is gone).")
@@ -487,7 +493,7 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
     help="Approval store whose audit log to show (its audit.jsonl, unless the config names one).",
 )
 @click.option("--proposal", "pid", help="Only this proposal's entries.",
-              shell_complete=complete_proposal)
+              shell_complete=complete_proposal, callback=proposal_id)
 @format_option("text", "json", default="text")
 @click.pass_context
 def show_audit(

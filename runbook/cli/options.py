@@ -177,6 +177,21 @@ def _option_in_chain(ctx: click.Context | None, *names: str) -> Any:
     return None
 
 
+def proposal_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A proposal ID as typed: text (an argument of bytes that are not UTF-8, `$'\\xff'`, is
+    refused in one line before it reaches the store)."""
+    if value is None:
+        return value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = repr(value.encode("utf-8", "surrogateescape"))[2:-1]
+        raise UsageError(
+            f"no proposal {shown}: a proposal ID is text (see `runbook approvals list`)"
+        ) from None
+    return value
+
+
 def complete_proposal(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[click.shell_completion.CompletionItem]:

@@ -22,6 +22,7 @@ from runbook.cli.options import (
     format_option,
     load_config,
     parse_vars,
+    proposal_id,
     target_options,
     textfile_dir_option,
 )
@@ -81,7 +82,7 @@ def _stage_printer(
 
 
 @click.command("verify")
-@click.argument("pid", metavar="ID", shell_complete=complete_proposal)
+@click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @click.option("--target", "-t", help="Where to check (default: the proposal's own target).")
 @click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE",
               help="A variable of nccl-recovery-check (gpus, repeats, nodes, hosts, nics, "
