@@ -141,6 +141,8 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
             loaded = yaml.safe_load(source.read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as exc:
             raise UsageError(f"config {source}: {' '.join(str(exc).split())}") from exc
+        except RecursionError:  # the YAML composer recurses per level of nesting
+            raise UsageError(f"config {source}: nested too deeply to be a configuration") from None
         raw = _mapping(loaded, f"config {source}")
     elif path is not None:
         raise UsageError(f"config {source}: no such file")

@@ -4,7 +4,12 @@ json's indenting encoder is pure Python: a node's verdict, with every stage's fa
 quarter of a walk's CPU to write with `indent=2` (and a sweep writes one per host). `readable`
 gives one line per top-level key, and one line per item of a top-level list (a verdict's
 stages, its timeline), each written compactly by the C encoder: the same JSON to every reader,
-still one stage a line to a person with `less`."""
+still one stage a line to a person with `less`.
+
+`loads` reads JSON a person or another process may have written (verdict.json, job.json, a
+shard's sweep.json, a run's state): a document nested deeper than the parser can follow
+(`[[[[…` 100,000 deep) is a `json.JSONDecodeError` like any other malformed one, so each
+reader's usual one-line error names the file, never an internal RecursionError."""
 
 from __future__ import annotations
 
@@ -30,3 +35,11 @@ def readable(data: Mapping[str, Any]) -> str:
         else:
             lines.append(f"  {name}: {_compact(value)}")
     return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
+def loads(text: str) -> Any:
+    """`json.loads(text)`; nesting too deep to parse is a JSONDecodeError (module docstring)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None

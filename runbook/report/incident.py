@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from runbook import atomic
+from runbook import atomic, jsontext
 from runbook import bundle as bundle_mod
 from runbook.errors import BundleError, UsageError
 from runbook.redact import redact, redact_data
@@ -179,12 +179,15 @@ def _job_report(path: Path, *, fmt: str, sanitize: bool) -> Report:
     from runbook.render.job_markdown import job_markdown
 
     try:
-        data = json.loads((path / "job.json").read_text(encoding="utf-8"))
+        data = jsontext.loads((path / "job.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BundleError(f"{path / 'job.json'}: unreadable job verdict: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("job"), dict):
         raise BundleError(f"{path / 'job.json'}: not a job verdict (no job)")
-    data = redact_data(data)
+    try:
+        data = redact_data(data)
+    except RecursionError:  # parsed, but deeper than what reads it can follow
+        raise BundleError(f"{path / 'job.json'}: nested too deeply to be a job verdict") from None
     sanitizer = None
     if sanitize:
         sanitizer = Sanitizer()
@@ -221,7 +224,7 @@ def build_report(
         return _job_report(path, fmt=fmt, sanitize=sanitize)
     if _is_run_dir(path):
         try:
-            data = json.loads((path / "verdict.json").read_text(encoding="utf-8"))
+            data = jsontext.loads((path / "verdict.json").read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise BundleError(f"{path / 'verdict.json'}: unreadable verdict: {exc}") from None
         try:
@@ -229,6 +232,8 @@ def build_report(
             verdict = Verdict.from_json(redact_data(data))
         except VerdictError as exc:
             raise BundleError(f"{path / 'verdict.json'}: not a verdict: {exc.one_line()}") from None
+        except RecursionError:  # parsed, but deeper than what reads it can follow
+            raise BundleError(f"{path / 'verdict.json'}: too deep to be a verdict") from None
         bundle_path = path / "bundle"
     else:
         from runbook.session import analyze

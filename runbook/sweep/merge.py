@@ -14,6 +14,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from runbook import jsontext
 from runbook.errors import UsageError
 from runbook.sweep.results import HostResult, SweepResult
 from runbook.sweep.shard import parse_shard
@@ -23,7 +24,7 @@ from runbook.verdict import VerdictError
 def read_report(path: Path) -> SweepResult:
     file = path / "sweep.json" if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = jsontext.loads(file.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"{file}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
@@ -34,6 +35,8 @@ def read_report(path: Path) -> SweepResult:
         return SweepResult.from_dict(data)
     except (KeyError, TypeError, ValueError, VerdictError) as exc:
         raise UsageError(f"{file}: malformed sweep report: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{file}: malformed sweep report: nested too deeply") from None
 
 
 def merge(reports: Sequence[SweepResult]) -> SweepResult:
