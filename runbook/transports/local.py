@@ -1,5 +1,12 @@
 """`--target local`: probes as subprocesses of this machine, each in its own process group so a
-timeout kills the whole command tree, not just the shell."""
+timeout kills the whole command tree, not just the shell.
+
+A probe never outlives the command that started it, even one killed with SIGKILL (which
+runs no handler): the first probe starts a small reaper process in a session of its own
+(`_Reaper`), told over a pipe the process group of each probe as it starts and ends. When the
+pipe closes, because the command exited or was killed, the reaper kills every group still
+running and exits. PR_SET_PDEATHSIG would reach only the shell, never the `tail` or the
+pipeline it started, and it fires when the starting thread ends, not the process."""
 
 from __future__ import annotations
 
@@ -7,6 +14,7 @@ import os
 import selectors
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -57,6 +65,90 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
             if not _group_alive(pgid):
                 return
             time.sleep(0.01)
+
+
+#: the reaper: reads `+PGID` and `-PGID` lines until its input closes, then kills the groups
+#: still listed. Run as `python -I -S -c`: no site, no user paths, nothing but os.
+_REAPER = """
+import os
+groups = set()
+pending = b""
+while True:
+    try:
+        chunk = os.read(0, 4096)
+    except InterruptedError:
+        continue
+    if not chunk:
+        break
+    *lines, pending = (pending + chunk).split(b"\\n")
+    for line in lines:
+        if line[:1] == b"+":
+            groups.add(int(line[1:]))
+        elif line[:1] == b"-":
+            groups.discard(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, 9)
+    except OSError:
+        pass
+"""
+
+
+class _Reaper:
+    """The process that kills this command's probes if the command dies first (see the module
+    docstring). One per process, started with the first probe; without it (it could not be
+    started) probes run as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._owner = 0  # the pid that started it: a forked child starts its own
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def _pipe(self) -> int | None:
+        if self._fd is not None and self._owner == os.getpid():
+            return self._fd
+        read, write = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _REAPER],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                # its own session: ^C at the terminal, or a kill of this command's process
+                # group, does not stop it before it has done its work
+                start_new_session=True,
+            )
+        except OSError:
+            os.close(write)
+            return None
+        finally:
+            os.close(read)
+        self._fd, self._owner = write, os.getpid()
+        return write
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            fd = self._pipe()
+            if fd is None:
+                return
+            try:
+                os.write(fd, line.encode())
+            except OSError:  # the reaper is gone: nothing more to tell it
+                os.close(fd)
+                self._fd = None
+
+    def started(self, pgid: int) -> None:
+        self._send(f"+{pgid}\n")
+
+    def finished(self, pgid: int) -> None:
+        # sent as soon as the group is done: a process group's number is not handed out
+        # again while any process of it lives, and new ones are numbered in turn up to
+        # pid_max, so it does not name another group in the moment before this line
+        self._send(f"-{pgid}\n")
+
+
+_reaper = _Reaper()
 
 
 class Running:
@@ -119,6 +211,7 @@ def run_argv(
         )
     except OSError as exc:
         return CommandResult(name, command, error=f"could not start: {exc.strerror}", exited=None)
+    _reaper.started(proc.pid)
     if running is not None and not running.add(proc):
         kill_group(proc)
     try:
@@ -127,6 +220,7 @@ def run_argv(
         kill_group(proc)
         raise
     finally:
+        _reaper.finished(proc.pid)
         if running is not None:
             running.discard(proc)
 
