@@ -1,11 +1,19 @@
 """The four reports of a sweep under one directory, each replaced atomically (a reader — the
 textfile collector, a CI job — never sees half a file): sweep.json, sweep.md, junit.xml,
 runbook.prom; and runbook.prom again into node_exporter's textfile directory when one is
-configured (runbook.metrics.write_textfile: the same temporary + fsync + rename)."""
+configured (runbook.metrics.write_textfile: the same temporary + fsync + rename).
+
+The reports quote evidence (a node's first anomaly, its findings), so they are its owner's
+alone: files 0600, and each directory created on the way to them 0700 (the state directory
+and its `sweeps/` too, when a sweep or analyze-dir is the first command to make them). A
+directory that exists keeps its mode: `--report DIR` is the user's to share. The textfile
+directory's copy of runbook.prom (host names and causes, no evidence) stays readable by
+node_exporter."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from runbook import atomic, metrics
@@ -17,9 +25,22 @@ NAMES = ("sweep.json", "sweep.md", "junit.xml", "runbook.prom")
 
 
 def _replace(path: Path, text: str) -> None:
-    # the temporary name must not end in .prom: the textfile collector reads every *.prom;
-    # reports are for readers (the node exporter), so 0644
-    atomic.write_text(path, text, suffix=".tmp", mode=0o644)
+    # the temporary name must not end in .prom: the textfile collector reads every *.prom
+    atomic.write_text(path, text, suffix=".tmp", mode=0o600)
+
+
+def _owner_only_dirs(directory: Path) -> None:
+    """`directory` and every missing directory above it created 0700 (whatever the umask)."""
+    missing = []
+    for path in (directory, *directory.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)  # a umask only narrows it
+        except FileExistsError:
+            continue
 
 
 def render_json(sweep: SweepResult) -> str:
@@ -57,7 +78,7 @@ def write_reports(
     }
     written = {}
     with disk_full_as_error(directory):
-        directory.mkdir(parents=True, exist_ok=True)
+        _owner_only_dirs(directory)
         for name in NAMES:
             path = directory / name
             _replace(path, rendered[name])
