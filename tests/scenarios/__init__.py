@@ -25,6 +25,13 @@ Scenario modules (what fails, for real; the verdict it must reach):
   B's OOM (same kernel log);
 * ``test_gpu_and_fabric_shims`` -- Xid 79, uncorrectable ECC with a pending row remap, a fatal
   PCIe AER, P2P NS, an RDMA label without a device, and a healthy node, by real-format shims.
+* ``test_oncall_path`` -- the on-call path end to end: one RDMA incident typed through ``run``
+  (on a pseudo-terminal), ``approvals list/show/preview/approve/deny``, ``resume``, ``verify``,
+  ``report`` and ``runs`` on nodes as the field has them (ssh-config aliases on port 24510, a
+  ProxyJump bastion, $HOME unlike the passwd home, a Slurm node without kubectl, a
+  ``kubectl://`` node agent, nodes lacking node.json, nvidia-smi, dcgmi, all_reduce_perf or
+  NCCL logs); every output checked for the name typed, template text and tracebacks, and every
+  command the outputs print parsed by the CLI's own parser.
 
 The pieces, reusable by other tests:
 
@@ -39,6 +46,11 @@ The pieces, reusable by other tests:
   above, run once, as a context manager any test module can wrap in a fixture;
 * :mod:`tests.scenarios.shims` -- GPU and fabric tool output from real-format profiles under
   ``node-data/``;
+* :mod:`tests.scenarios.fleet` -- nodes dressed as in the field (``dress``), a Slurm login
+  node's ``scontrol``, the ``kubectl`` double for node-agent pods, and the on-call engineer's
+  ``$HOME`` (``OncallHome``);
+* :mod:`tests.scenarios.oncall` -- the CLI typed through one incident (``follow``), and the
+  collector and parser of the commands its outputs print;
 * ``conftest.py`` -- the module-scoped fixtures (``scenario_hosts``, ``memory_cgroups``,
   ``nodes``, ``job_on_node``) and ``diagnose``: each scenario's failure is produced once per
   module and read by several tests; everything is removed at the module's end, pass or fail.
