@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
 import hashlib
 import logging
 import math
+import os
 import re
 import secrets
 import shlex
 import socket
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -105,6 +108,32 @@ def fingerprint(key: paramiko.PKey) -> str:
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
+def _record_host_key(path: Path, line: str) -> bool:
+    """Append a key accepted as new to known_hosts, only into a regular file reached without a
+    symbolic link (`UserKnownHostsFile /dev/null` is not made a 0600 file; a link is not
+    written through, nor its target chmodded). False: the key is trusted for this connection
+    only, and the log says why it was not recorded."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        why = "it is a symbolic link" if exc.errno == errno.ELOOP else exc.strerror
+        log.warning("host key accepted for this connection but not recorded in %s: %s", path, why)
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            log.info("host key accepted for this connection; %s is not a regular file", path)
+            return False
+        os.write(fd, line.encode("ascii"))
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            os.fchmod(fd, 0o600)  # ours: keep it private, as ssh-keygen leaves it
+        return True
+    finally:
+        os.close(fd)
+
+
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """A key known_hosts does not list for the host: a host certificate a trusted CA signed
     (checked in full: a bad one is refused whatever the flags), else refuse it (one clear error
@@ -148,11 +177,9 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
             )
         client.get_host_keys().add(hostname, key.get_name(), key)
         path = self.options.known_hosts
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with path.open("a", encoding="ascii") as handle:
-            handle.write(f"{name} {key.get_name()} {key.get_base64()}\n")
-        path.chmod(0o600)
-        log.info("added host key %s %s for %s to %s", key.get_name(), offered, name, path)
+        line = f"{name} {key.get_name()} {key.get_base64()}\n"
+        if _record_host_key(path, line):
+            log.info("added host key %s %s for %s to %s", key.get_name(), offered, name, path)
 
     def _certified(self, key: paramiko.PKey, offered: str) -> bool:
         """True when the server presented a host certificate that a `@cert-authority` line
