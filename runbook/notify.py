@@ -206,7 +206,7 @@ class _WatchedHandler(urllib.request.AbstractHTTPHandler):
 
     def do_open(self, http_class: Any, req: Any, **kwargs: Any) -> Any:
         def connection(*args: Any, **kw: Any) -> http.client.HTTPConnection:
-            made = http_class(*args, **kw)
+            made: http.client.HTTPConnection = http_class(*args, **kw)
             self.watch.add(made)
             return made
 

@@ -20,10 +20,11 @@ class PrintableConsole(Console):
     def render_str(self, text: str, **kwargs: Any) -> Any:
         return super().render_str(printable(text), **kwargs)
 
-    @property  # type: ignore[override]
+    @property
     def file(self) -> IO[str]:
-        inner = Console.file.fget(self)  # type: ignore[attr-defined]
-        return getattr(inner, "rendered", None) or inner
+        inner: IO[str] = Console.file.fget(self)  # type: ignore[attr-defined]
+        rendered: IO[str] | None = getattr(inner, "rendered", None)
+        return rendered or inner
 
     @file.setter
     def file(self, new_file: IO[str]) -> None:

@@ -86,7 +86,7 @@ class _Rendered(io.TextIOBase):
     def __init__(self, stream: RedactingStream) -> None:
         self._stream = stream
 
-    def write(self, text: str) -> int:  # type: ignore[override]
+    def write(self, text: str) -> int:
         return self._stream.write_rendered(text)
 
     def flush(self) -> None:
