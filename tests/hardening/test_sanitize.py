@@ -286,7 +286,8 @@ def test_a_run_directory_reports_sanitized(tmp_path: Path) -> None:
     report = _run(tmp_path, "report", str(run_dir), "--sanitize", "--output", str(output))
     assert report.returncode == 0, report.stderr
     text = output.read_text()
-    # the placeholder escaped as Markdown text (a raw <NODE_1> would be an HTML tag there)
+    # the placeholder escaped as Markdown text, as all evidence is outside code (a raw
+    # <REDACTED> would be an HTML tag there)
     assert text.startswith("# &lt;NODE_1&gt;: host-memory-oom")
     assert_no_identifier(original, {"incident.md": text})
 
