@@ -34,7 +34,9 @@ from runbook.bundle_files import (
 )
 from runbook.errors import BundleError, disk_full_as_error
 from runbook.redact import redact, redact_lines
+from runbook.transports import framing
 from runbook.transports.base import CommandResult
+from runbook.transports.framing import is_multi as is_multi  # where callers look it up
 
 FORMAT = 1
 MAX_UNPACKED_BYTES = 4 * 1024**3
@@ -223,19 +225,22 @@ class Bundle:
         rc = self._side(name + ".rc")
         return rc is None or rc.strip() == "0"
 
-    def read_multi(self, pattern: str, command: str = "") -> CommandResult:
-        """Every file matching a multi-file probe name (`app/*.log`), joined in the `tail -v`
-        format that the live probe prints, so both split the same way."""
+    def read_multi(self, pattern: str, command: str = "", *, token: str) -> CommandResult:
+        """Every file matching a multi-file probe name (`app/*.log`), framed with `token` as the
+        live probe frames them (transports/framing.py), so both split the same way. A file the
+        probe did not read (a link, a FIFO: only its `.err` was written) is framed as skipped
+        again, so the replayed walk says what the live one said."""
         safe_member_name(pattern)
         # a file recorded as failed (its .rc non-zero: `cat` of an absent v1 file on a v2
-        # host) is left out, as the live `tail` leaves out a file it cannot open; so is one
+        # host) is left out, as the live probe leaves out a file it cannot read; so is one
         # that points outside the bundle or is not a regular file (said in stderr)
         names = sorted(
             p.relative_to(self.root).as_posix()
             for p in self.root.glob(pattern)
             if p.suffix not in (".rc", ".err")
         )
-        parts, notes = [], []
+        records: list[framing.Record] = []
+        notes = []
         truncated = len(names) > MAX_MULTI_FILES
         if truncated:
             notes.append(f"{pattern}: {len(names)} files, only the first {MAX_MULTI_FILES} read")
@@ -250,19 +255,41 @@ class Bundle:
             except BundleError as exc:
                 notes.append(exc.one_line())
                 continue
-            text = read.data.decode("utf-8", errors="replace")
             truncated = truncated or read.truncated
             notes += [n for n in (read.note(rel),) if n]
-            parts.append(
-                f"==> {rel} <==\n{text}" + ("" if text.endswith("\n") or not text else "\n")
-            )
+            text = read.data.decode("utf-8", errors="replace")
+            records.append(framing.Record("file", PurePosixPath(rel).name, text, 0))
+        records += self._skipped(pattern, names)
         stderr = "".join(f"runbook: {n}\n" for n in notes)
-        if not parts:
+        if not records:
             first = notes[0] if notes else None
             return CommandResult(pattern, command, collected=False, error=first)
+        records.sort(key=lambda r: r.name)
         return CommandResult(
-            pattern, command, stdout="\n".join(parts), stderr=stderr, exited=0, truncated=truncated
+            pattern,
+            command,
+            stdout=framing.frame(records, token),
+            stderr=stderr,
+            exited=0,
+            truncated=truncated,
         )
+
+    def _skipped(self, pattern: str, names: list[str]) -> list[framing.Record]:
+        """The files of `pattern` recorded as not read: a `.err` alone, its file absent."""
+        found = []
+        kept = set(names)
+        for path in sorted(self.root.glob(pattern + ".err"))[:MAX_MULTI_FILES]:
+            rel = path.relative_to(self.root).as_posix().removesuffix(".err")
+            base = PurePosixPath(rel).name
+            if rel in kept or not framing.fnmatch_name(base, PurePosixPath(pattern).name):
+                continue
+            err = self._side(rel + ".err") or ""
+            reason = next(
+                (code for code, why in framing.SKIPPED.items() if f"not read: {why}" in err),
+                "other",
+            )
+            found.append(framing.Record("skip", base, reason=reason))
+        return found
 
     def names(self) -> list[str]:
         """Every evidence file in the bundle (not bundle.yaml, .rc or .err)."""
@@ -347,64 +374,102 @@ def _atomic_write(
     atomic.write_bytes(path, data, within=within, durable=durable)
 
 
-_HEADER = re.compile(r"^==> (.+) <==$")
+def split_multi(result: CommandResult, token: str) -> list[CommandResult]:
+    """A multi-file probe's output as one result per file, named `DIR/NAME` after the probe's
+    directory (`app/*.log` + the frame of `rank-3.log` → `app/rank-3.log`). Only the frames
+    that carry `token` cut it (transports/framing.py): what a file holds stays in that file.
 
-
-def is_multi(name: str) -> bool:
-    """A probe whose name holds `*` collects several files (`app/*.log`): its output is in
-    the `tail -v`/`head -v` format, one `==> PATH <==` header per file."""
-    return "*" in name
-
-
-def split_multi(result: CommandResult) -> list[CommandResult]:
-    """A multi-file probe's output as one result per file, named `DIR/BASENAME` after the
-    probe's directory (`app/*.log` + `==> /var/log/train/rank-3.log <==` → `app/rank-3.log`).
-
-    The probe's standard error goes with the file a line names (a bundle read bound that cut
-    `app/rank-7.log`); a line naming none of them (tail's "cannot open" of another file, "N
-    files, only the first 1024 read") goes with the last file, where the output was cut if it
-    was: that file, and a file a note names, are the ones marked truncated, not all of them."""
+    A file is kept only once, and only under a name the probe's pattern matches that is no
+    `.rc` or `.err` of another; a file the probe did not read (a link, a FIFO) is a result not
+    collected, its reason in its stderr (the bundle keeps it as the file's `.err`). A file
+    whose end never came is cut where the output was: timed out, failed or at the capture
+    bound, as the probe was. The probe's standard error goes with the file a line names; a
+    line naming none of them goes with the last file."""
+    framed = framing.parse(result.stdout, token)
     directory = PurePosixPath(result.name).parent
-    files: list[tuple[str, str, list[str]]] = []  # (member name, header path, lines)
-    for line in result.stdout.splitlines(keepends=True):
-        match = _HEADER.match(line.rstrip("\n"))
-        if match:
-            source = match.group(1).strip()
-            base = PurePosixPath(source).name or "unnamed"
-            files.append((str(directory / base) if str(directory) != "." else base, source, []))
-        elif files:
-            files[-1][2].append(line)
-        elif line.strip():
-            files.append((result.name.replace("*", "output"), "", [line]))
+    pattern = PurePosixPath(result.name).name
     notes = result.stderr.splitlines(keepends=True)
-    named = {
-        i: [n for n in notes if source and source in n] for i, (_, source, _) in enumerate(files)
-    }
-    unnamed = [n for n in notes if not any(n in own for own in named.values())]
-    split = []
-    for i, (name, _, lines) in enumerate(files):
-        text = "".join(lines)
-        if text.endswith("\n\n"):  # tail -v separates files with one blank line
-            text = text[:-1]
-        try:
-            safe_member_name(name)
-        except BundleError:
+    unnamed = list(notes)
+    kept: list[tuple[framing.Record, str, list[str]]] = []  # (record, member name, own notes)
+    seen: set[str] = set()
+    for record in framed.records:
+        if record.kind == "more":
+            unnamed.append(
+                f"runbook: more files match {record.name} than the {framing.MAX_FILES} read\n"
+            )
             continue
-        last = i == len(files) - 1
-        own = named[i] + (unnamed if last else [])
-        # a file that came back was read: its status is 0 whatever tail said of the others
+        name = str(directory / record.name) if str(directory) != "." else record.name
+        refused = _refused_member(record.name, name, pattern, seen)
+        if refused:
+            unnamed.append(f"runbook: {refused}\n")
+            continue
+        seen.add(name)
+        own = [n for n in notes if _names(n, record.name)]
+        unnamed = [n for n in unnamed if n not in own]
+        kept.append((record, name, own))
+    if framed.outside:
+        unnamed.append(f"runbook: {framed.outside} characters outside any file left out\n")
+    split = []
+    for i, (record, name, own) in enumerate(kept):
+        last = i == len(kept) - 1
+        stderr = "".join(own + (unnamed if last else []))
+        if record.kind == "skip":
+            why = framing.SKIPPED.get(record.reason, framing.SKIPPED["other"])
+            split.append(
+                CommandResult(
+                    name,
+                    result.command,
+                    stderr=f"runbook: not read: {why}\n{stderr}",
+                    error=f"not read: {why}",
+                    collected=False,
+                    duration=result.duration,
+                )
+            )
+            continue
+        whole = record.status is not None
         split.append(
             CommandResult(
                 name,
                 result.command,
-                stdout=text,
-                stderr="".join(own),
-                exited=0,
+                stdout=record.text,
+                stderr=stderr,
+                exited=record.status if whole else _cut_status(result),
                 duration=result.duration,
-                truncated=result.truncated and (last or bool(named[i])),
+                timed_out=not whole and result.timed_out,
+                error=None if whole else result.error,
+                truncated=result.truncated and (not whole or bool(own)),
             )
         )
     return split
+
+
+def _refused_member(base: str, name: str, pattern: str, seen: set[str]) -> str | None:
+    """Why a file of a multi-file probe cannot be kept under `name`, or None."""
+    try:
+        safe_member_name(name)
+    except BundleError:
+        return f"a file named {base!r} was left out: not a safe name"
+    if "/" in base or not framing.fnmatch_name(base, pattern):
+        return f"a file named {base!r} was left out: the probe's pattern does not match it"
+    if base.endswith((".rc", ".err")):
+        return f"a file named {base!r} was left out: it would stand for another's .rc or .err"
+    if name in seen:
+        return f"a second file named {base!r} was left out"
+    return None
+
+
+def _names(note: str, base: str) -> bool:
+    """Whether a line of standard error names the file `base` (`/x/rank-1.log`, not
+    `rank-11.log`)."""
+    return re.search(rf"(?<![\w.-]){re.escape(base)}(?![\w.-])", note) is not None
+
+
+def _cut_status(result: CommandResult) -> int | None:
+    """The exit status of a file whose end never came: none when the probe timed out or
+    failed; 0 when the capture bound cut it (it was read); else the probe's own."""
+    if result.timed_out or result.error:
+        return None
+    return 0 if result.truncated else result.exited
 
 
 #: output longer than this is redacted and written block by block, not as one string
@@ -440,6 +505,8 @@ def write_result(root: Path, result: CommandResult, *, durable: bool = True) -> 
     cut at the capture bound is said in `.err`, so a replay knows the file is not whole.
     `durable=False`: not fsynced (a guided run's evidence; runbook/atomic.py)."""
     if not result.collected:
+        if result.stderr:  # a file a multi-file probe did not read: why, as its `.err`
+            _write_note(root, result, durable=durable)
         return
     path = root.joinpath(*safe_member_name(result.name).parts)
     with disk_full_as_error(root):
@@ -456,9 +523,7 @@ def write_result(root: Path, result: CommandResult, *, durable: bool = True) -> 
             )
         rc = "" if result.exited is None else str(result.exited)
         rc = "timeout" if result.timed_out else rc
-        _atomic_write(
-            path.with_name(path.name + ".rc"), f"{rc}\n".encode(), root, durable=durable
-        )
+        _atomic_write(path.with_name(path.name + ".rc"), f"{rc}\n".encode(), root, durable=durable)
         err = result.stderr
         for note in (result.failure, TRUNCATED_NOTE if result.truncated else None):
             if note and note not in err:
@@ -468,6 +533,15 @@ def write_result(root: Path, result: CommandResult, *, durable: bool = True) -> 
             _atomic_write(
                 err_path, redact(err).encode("utf-8", errors="replace"), root, durable=durable
             )
+
+
+def _write_note(root: Path, result: CommandResult, *, durable: bool) -> None:
+    """The `.err` alone of a file that was not collected (its content never read)."""
+    path = root.joinpath(*safe_member_name(result.name + ".err").parts)
+    with disk_full_as_error(root):
+        atomic.real_dir(path.parent, within=root)
+        data = redact(result.stderr).encode("utf-8", errors="replace")
+        _atomic_write(path, data, root, durable=durable)
 
 
 def write_bundle(root: Path, meta: BundleMeta, results: Iterable[CommandResult]) -> Path:

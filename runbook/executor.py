@@ -24,6 +24,7 @@ from runbook.diagnosis import build_verdict
 from runbook.rundir import RunDirectory
 from runbook.spec.models import Runbook, Stage
 from runbook.timestamps import now_iso
+from runbook.transports import framing
 from runbook.transports.base import BatchTransport, CommandResult, Probe, Transport, fail_all
 from runbook.verdict import Verdict
 
@@ -103,9 +104,13 @@ class _Prober:
     On a transport that batches (base.BatchTransport: SSH), a burst goes as batches of about
     BATCH_SIZE probes, dealt out in the walk's order so every batch starts with the earliest
     stages' probes; each probe's future is set as its batch reaches it, and probes a batch
-    hands back (one before them took long) go out as a new batch."""
+    hands back (one before them took long) go out as a new batch.
+
+    A multi-file probe goes out framed with the walk's token (transports/framing.py: the
+    command reads it from its input), so no file it reads can pass for another."""
 
     def __init__(self, transport: Transport, max_parallel: int) -> None:
+        self.token = framing.new_token()
         self._run = _guarded(transport)
         self._batch = transport if isinstance(transport, BatchTransport) else None
         self._max = max(1, max_parallel)
@@ -121,6 +126,7 @@ class _Prober:
         return self._executor().submit(self._run, probe)
 
     def _send(self, probes: Sequence[Probe]) -> list[Future[CommandResult]]:
+        probes = [framing.prepare(probe, self.token) for probe in probes]
         if self._batch is None or len(probes) < 2:
             return [self._submit(probe) for probe in probes]
         futures: list[Future[CommandResult]] = [Future() for _ in probes]
@@ -168,7 +174,7 @@ class _Prober:
 
     def run(self, probes: Sequence[Probe]) -> list[CommandResult]:
         if len(probes) == 1 and not self._ahead:
-            return [self._run(probes[0])]
+            return [self._run(framing.prepare(probes[0], self.token))]
         futures: list[Future[CommandResult] | None] = []
         fresh = []
         for probe in probes:
@@ -423,10 +429,13 @@ class _Walk:
     ) -> None:
         """One probe's result: split into its files (a multi-file probe), kept in the bundle,
         remembered for later stages, logged as an event."""
+        if result.command != command:  # a multi-file probe's framing is the walk's business
+            result = replace(result, command=command)
         results[result.name] = result
         self.observer.probe_done(stage, result)
-        pieces = bundle_mod.split_multi(result) if bundle_mod.is_multi(result.name) else [result]
-        if not pieces and result.exited not in (0, None) and not result.stdout.strip():
+        multi = bundle_mod.is_multi(result.name)
+        pieces = bundle_mod.split_multi(result, self.prober.token) if multi else [result]
+        if not pieces and result.failure is None:
             # a multi-file probe that found no file at all collected nothing
             results[result.name] = result = replace(result, collected=False)
         if pieces and pieces[0] is not result:

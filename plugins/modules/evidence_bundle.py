@@ -6,8 +6,10 @@ bundle (nccl-runbook's DESIGN §4, format 1) into a directory, plus a .tar.gz of
 
 Pure standard library (it runs on the node, where nccl-runbook is not installed). It writes
 what `runbook collect` writes for the same probes: each file, its `.rc` (exit status, or
-`timeout`) and a non-empty `.err`; a multi-file probe (a name with `*`, output in `tail -v`
-format) split into its files; `bundle.yaml` last, so a half-written bundle never looks whole.
+`timeout`) and a non-empty `.err`; a multi-file probe (a name with `*`, its files framed by a
+token made for the run and given as the first line of the probe's input, never in a command
+line) split into its files, a file it did not read (a link, a FIFO) kept as its `.err` alone;
+`bundle.yaml` last, so a half-written bundle never looks whole.
 One module run per host: a task per probe would cost Ansible's ~0.2 s per task and host.
 """
 
@@ -38,8 +40,9 @@ options:
       - The probes, as C(runbook collect-plan) renders them (already shell-quoted; pass them
         as C(!unsafe) so Ansible does not template them again).
       - Each is a mapping with C(name) (the bundle file, relative; a C(*) marks a multi-file
-        probe whose output is in C(tail -v) format), C(command) (run with C(/bin/sh -c)) and
-        an optional C(timeout) in seconds (default 30).
+        probe, which reads a frame token made for the run from the first line of its input and
+        frames each file with it, as C(runbook collect-plan) renders it), C(command) (run with
+        C(/bin/sh -c)) and an optional C(timeout) in seconds (default 30).
       - A probe named like an earlier one is run once.
     type: list
     elements: dict
@@ -158,10 +161,11 @@ probes:
   sample: ["hostname.txt", "dmesg.txt", "app/*.log"]
 """
 
+import binascii
 import datetime
+import fnmatch
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -176,7 +180,19 @@ from ansible.module_utils.basic import AnsibleModule
 
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
 KILL_GRACE_S = 0.5
-HEADER = re.compile(r"^==> (.+) <==$")
+#: a multi-file probe's frame lines start with this, the run's token after it (nccl-runbook's
+#: runbook/transports/framing.py, whose reasons below these are)
+FRAME = "__RBK_FILE_"
+SKIPPED = {
+    "link": "a symbolic link (not followed)",
+    "fifo": "a FIFO (not opened)",
+    "socket": "a socket (not opened)",
+    "device": "a device (not opened)",
+    "directory": "a directory",
+    "other": "not a regular file",
+    "name": "its name holds a control character",
+    "unreadable": "not readable",
+}
 
 
 def _kill_group(proc):
@@ -190,15 +206,18 @@ def _kill_group(proc):
             time.sleep(0.01)
 
 
-def run_probe(probe):
+def run_probe(probe, token):
+    """One probe; a multi-file one is given `token` as the one line of its input."""
     name, command = str(probe["name"]), str(probe["command"])
     timeout = float(probe.get("timeout") or 30.0)
     start = time.monotonic()
     result = {"name": name, "stdout": "", "stderr": "", "exited": None, "timed_out": False,
               "error": None, "truncated": False}
+    framed = "*" in name
     try:
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            ["/bin/sh", "-c", command],
+            stdin=subprocess.PIPE if framed else subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True,
         )
     except OSError as exc:
@@ -206,7 +225,9 @@ def run_probe(probe):
         result["duration"] = time.monotonic() - start
         return result
     try:
-        out, err = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(
+            input=(token + "\n").encode("ascii") if framed else None, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         out, err = proc.communicate()
@@ -241,27 +262,60 @@ def safe_name(name):
         and "\0" not in name
 
 
-def split_multi(result):
-    """A multi-file probe's `tail -v` output as one (name, text) per file, named
-    DIR/BASENAME after the probe's directory (`app/*.log` + `==> /x/rank-3.log <==`)."""
-    directory = dirname(result["name"])
-    files = []
-    for line in result["stdout"].splitlines(True):
-        match = HEADER.match(line.rstrip("\n"))
-        if match:
-            base = basename(match.group(1).strip()) or "unnamed"
-            files.append((join(directory, base) if directory else base, []))
-        elif files:
-            files[-1][1].append(line)
-        elif line.strip():
-            files.append((result["name"].replace("*", "output"), [line]))
-    out = []
-    for name, lines in files:
-        text = "".join(lines)
-        if text.endswith("\n\n"):
-            text = text[:-1]
-        if safe_name(name):
-            out.append((name, text))
+def _frames(stdout, token):
+    """The frames of a multi-file probe's output, cut only on lines carrying `token`: a list
+    of (kind, name, text, status or reason)."""
+    needle = "\n" + FRAME + token + " "
+    text = "\n" + stdout
+    segments = []
+    at = text.find(needle)
+    while at >= 0:
+        line_end = text.find("\n", at + len(needle))
+        if line_end < 0:
+            break
+        following = text.find(needle, line_end)
+        segments.append((text[at + len(needle):line_end],
+                         text[line_end + 1:following if following >= 0 else len(text)]))
+        at = following
+    records, index = [], 0
+    while index < len(segments):
+        head, body = segments[index]
+        index += 1
+        kind, _, rest = head.partition(" ")
+        if kind == "file" and rest:
+            status = _end_status(segments[index][0]) if index < len(segments) else None
+            records.append(("file", rest, body, status))
+            if status is not None:
+                index += 1
+        elif kind == "skip" and " " in rest:
+            reason, _, name = rest.partition(" ")
+            records.append(("skip", name, "", reason))
+    return records
+
+
+def _end_status(head):
+    kind, _, status = head.partition(" ")
+    if kind != "end" or not status.lstrip("-").isdigit() or len(status) > 6:
+        return None
+    return int(status)
+
+
+def split_multi(result, token):
+    """A multi-file probe's framed output as one (name, text, status, skipped) per file, named
+    DIR/NAME after the probe's directory (`app/*.log` + the frame of `rank-3.log`): a file
+    read has its text and status (None: its end never came), one not read its reason."""
+    directory, pattern = dirname(result["name"]), basename(result["name"])
+    out, seen = [], set()
+    for kind, base, text, detail in _frames(result["stdout"], token):
+        name = join(directory, base) if directory else base
+        if (not safe_name(name) or "/" in base or not fnmatch.fnmatchcase(base, pattern)
+                or base.endswith((".rc", ".err")) or name in seen):
+            continue
+        seen.add(name)
+        if kind == "skip":
+            out.append((name, "", None, SKIPPED.get(detail, SKIPPED["other"])))
+        else:
+            out.append((name, text, detail, None))
     return out
 
 
@@ -336,9 +390,10 @@ def collect(module, probes, workdir):
     os.makedirs(root)
     lock = threading.Lock()
     results = {}
+    token = binascii.hexlify(os.urandom(16)).decode("ascii")  # this run's frame token
 
     def run(probe):
-        result = run_probe(probe)
+        result = run_probe(probe, token)
         with lock:
             results[result["name"]] = result
 
@@ -349,10 +404,17 @@ def collect(module, probes, workdir):
         result = results[probe["name"]]
         why = failure(result)
         if "*" in result["name"]:
-            pieces = split_multi(result)
-            for name, text in pieces:
-                write_file(root, name, text, "", 0, False, None)
-            if not pieces:
+            pieces = split_multi(result, token)
+            for name, text, status, skipped in pieces:
+                if skipped:  # not read: why, as the file's .err alone
+                    _write(os.path.join(root, *(name + ".err").split("/")),
+                           ("runbook: not read: %s\n" % skipped).encode("utf-8"))
+                elif status is not None:
+                    write_file(root, name, text, "", status, False, None)
+                else:  # its end never came: cut where the probe was
+                    write_file(root, name, text, "", 0 if result["truncated"] else
+                               result["exited"], result["timed_out"], why)
+            if not any(skipped is None for _, _, _, skipped in pieces):
                 failed[result["name"]] = why or "no file matched"
             continue
         write_file(root, result["name"], result["stdout"], result["stderr"], result["exited"],

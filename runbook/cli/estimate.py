@@ -46,6 +46,7 @@ def bundle_facts(path: str, variables: Mapping[str, Any] | None = None) -> dict[
     from runbook import bundle as bundle_mod
     from runbook import parsers
     from runbook.spec import load_file, resolve
+    from runbook.transports import framing
 
     runbook = load_file(resolve(RUNBOOK))
     opened = bundle_mod.Bundle.open(bundle_path(path))
@@ -67,8 +68,9 @@ def bundle_facts(path: str, variables: Mapping[str, Any] | None = None) -> dict[
             files = {}
             for item in stage.collect:
                 if bundle_mod.is_multi(item.name):
-                    joined = opened.read_multi(item.name)
-                    pieces = bundle_mod.split_multi(joined) if joined.collected else [joined]
+                    token = framing.new_token()
+                    joined = opened.read_multi(item.name, token=token)
+                    pieces = bundle_mod.split_multi(joined, token) if joined.collected else [joined]
                 else:
                     pieces = [opened.read(item.name)]
                 files.update({piece.name: piece for piece in pieces})

@@ -21,6 +21,7 @@ from runbook.ansible_text import unsafe_yaml
 from runbook.conductor import Conductor
 from runbook.executor import PREAMBLE
 from runbook.spec.models import Runbook
+from runbook.transports import framing
 from runbook.transports.base import Probe
 
 
@@ -53,8 +54,15 @@ def collection_plan(runbook: Runbook, variables: Mapping[str, Any] | None = None
         meta["cgroup_dir"] = str(conductor.vars["cgroup_dir"])
     return {
         "evidence_collect_runbook": runbook.id,
+        # a multi-file probe as it runs: framed, reading its token from its input (the module
+        # makes one a run and gives it there: transports/framing.py)
         "evidence_collect_probes": [
-            {"name": p.name, "command": p.command, "timeout": p.timeout} for p in probes
+            {
+                "name": p.name,
+                "command": framing.script(p.command) if framing.is_multi(p.name) else p.command,
+                "timeout": p.timeout,
+            }
+            for p in probes
         ],
         "evidence_collect_meta": meta,
         "evidence_collect_notes": notes,

@@ -25,6 +25,10 @@ class Probe:
     name: str
     command: str
     timeout: float = 30.0
+    #: given to the command as the first line of its standard input (every transport does so;
+    #: never in the command line, which `ps` shows every user of the node): a multi-file
+    #: probe's frame token (transports/framing.py). Empty: the input is left as it was.
+    secret: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,10 @@ The mark carries a random token made for the batch, and the token is not in the 
 script reads it from its standard input first (the client sends it, then closes the input), so
 it is in no command line or environment another user of the node could read (`ps` shows the
 script). Evidence read by a probe (a log a job writes) therefore cannot end that probe early
-and pass its own text off as the next probe's output. The probes themselves see the input
-closed, where a channel of their own left it open and never written to.
+and pass its own text off as the next probe's output. The second line of the input is the
+batch's frame token (transports/framing.py, empty when no probe is framed): a multi-file
+probe gets it as the one line of its own input, as it would alone; every other probe sees its
+input closed.
 
 Nothing is written on the node: outputs are told apart by their order on the two streams,
 which is why the probes of one batch run one after another (see the SSH transport for what it
@@ -48,10 +50,12 @@ _STATUS_DIGITS = 8
 #: the script's first line: the token, from the input (see above); SIGUSR1 asks the script
 #: to stop once the probe it runs has ended (a shell runs a trap only after the foreground
 #: command it waits for; the probe's subshell is not signalled)
-_PROLOGUE = "IFS= read -r T || exit 0; stop=; trap 'stop=1' USR1"
-_STEP = (
-    '[ -z "$stop" ] || exit 0; (T=; eval {command}); '
-    "printf '\\n__RBK_END_%s %d\\n' \"$T\" \"$?\"; printf '\\n__RBK_END_%s\\n' \"$T\" >&2"
+_PROLOGUE = "IFS= read -r T || exit 0; IFS= read -r F || F=; stop=; trap 'stop=1' USR1"
+_ENDS = 'printf \'\\n__RBK_END_%s %d\\n\' "$T" "$?"; printf \'\\n__RBK_END_%s\\n\' "$T" >&2'
+_STEP = '[ -z "$stop" ] || exit 0; (T= F=; eval {command}); ' + _ENDS
+#: a framed probe: the frame token its one line of input
+_FRAMED_STEP = (
+    '[ -z "$stop" ] || exit 0; (T=; printf \'%s\\n\' "$F" | (F=; eval {command})); ' + _ENDS
 )
 
 
@@ -60,19 +64,25 @@ def mark_for(token: str) -> bytes:
     return f"__RBK_END_{token}".encode("ascii")
 
 
-def script(commands: Sequence[str]) -> str:
+def script(commands: Sequence[str], framed: Sequence[bool] = ()) -> str:
     """The shell script that runs `commands` in order, each followed by its end marks, and
     that ends before the next one once it was sent SIGUSR1. Its input's first line is the
-    token of its marks."""
-    steps = (_STEP.format(command=shlex.quote(command)) for command in commands)
+    token of its marks, the second the frame token given to each command `framed` marks."""
+    steps = (
+        (_FRAMED_STEP if i < len(framed) and framed[i] else _STEP).format(
+            command=shlex.quote(command)
+        )
+        for i, command in enumerate(commands)
+    )
     return "\n".join((_PROLOGUE, *steps))
 
 
-def fits(commands: Sequence[str]) -> int:
+def fits(commands: Sequence[str], framed: Sequence[bool] = ()) -> int:
     """How many of `commands`, from the first, one batch's script can hold (at least one)."""
     size = len(_PROLOGUE) + 1
     for count, command in enumerate(commands):
-        size += len(script([command]).encode("utf-8", "surrogateescape")) - len(_PROLOGUE)
+        one = script([command], framed[count : count + 1])
+        size += len(one.encode("utf-8", "surrogateescape")) - len(_PROLOGUE)
         if size > MAX_SCRIPT_BYTES and count:
             return count
     return len(commands)

@@ -10,6 +10,7 @@ pipeline it started, and it fires when the starting thread ends, not the process
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -197,14 +198,17 @@ def run_argv(
     command: str,
     timeout: float,
     running: Running | None = None,
+    *,
+    secret: str = "",
 ) -> CommandResult:
     """Run argv with bounded capture and a deadline that kills its process group; `running`
-    tracks it while it runs (see Running)."""
+    tracks it while it runs (see Running). `secret`: the first line of its input (Probe.secret),
+    which then ends; without one the input is /dev/null."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
             argv,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE if secret else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
@@ -215,6 +219,7 @@ def run_argv(
     if running is not None and not running.add(proc):
         kill_group(proc)
     try:
+        _give(proc, secret)
         return _capture(proc, name, command, timeout, start)
     except BaseException:  # ^C while this thread waits on it: the command must not outlive us
         kill_group(proc)
@@ -223,6 +228,16 @@ def run_argv(
         _reaper.finished(proc.pid)
         if running is not None:
             running.discard(proc)
+
+
+def _give(proc: subprocess.Popen[bytes], secret: str) -> None:
+    """`secret` as the one line of the command's input (a pipe holds it without blocking)."""
+    if proc.stdin is None:
+        return
+    with contextlib.suppress(BrokenPipeError):  # a command that ended without reading it
+        proc.stdin.write(f"{secret}\n".encode("ascii"))
+    with contextlib.suppress(BrokenPipeError):
+        proc.stdin.close()
 
 
 def _capture(
@@ -281,7 +296,9 @@ class LocalTransport:
 
     def run(self, probe: Probe) -> CommandResult:
         argv = [self.shell, "-c", probe.command]
-        return run_argv(argv, probe.name, probe.command, probe.timeout, self._running)
+        return run_argv(
+            argv, probe.name, probe.command, probe.timeout, self._running, secret=probe.secret
+        )
 
     def close(self) -> None:
         self._running.stop_all()

@@ -83,12 +83,14 @@ def kubectl_exec_argv(
     context: str | None = None,
     kubectl: str = "kubectl",
     nsenter_pid: int | None = 1,
+    stdin: bool = False,
 ) -> list[str]:
-    """`kubectl exec -n NS POD [-c C] -- nsenter --target 1 … -- /bin/sh -c COMMAND`."""
+    """`kubectl exec [-i] -n NS POD [-c C] -- nsenter --target 1 … -- /bin/sh -c COMMAND`;
+    `stdin`: the command reads what kubectl is given on its input (a probe's secret)."""
     argv = [kubectl]
     if context:
         argv += ["--context", context]
-    argv += ["exec", "-n", namespace, pod]
+    argv += ["exec", *(["-i"] if stdin else []), "-n", namespace, pod]
     if container:
         argv += ["-c", container]
     argv.append("--")
@@ -150,7 +152,7 @@ class KubectlTransport:
             )
             raise UnreachableError(f"{self.description}: kubectl exec failed: {why}")
 
-    def _argv(self, command: str) -> list[str]:
+    def _argv(self, command: str, *, stdin: bool = False) -> list[str]:
         return kubectl_exec_argv(
             self.namespace,
             self.pod,
@@ -159,11 +161,15 @@ class KubectlTransport:
             context=self._context,
             kubectl=self._kubectl,
             nsenter_pid=self._nsenter_pid,
+            stdin=stdin,
         )
 
     def run(self, probe: Probe) -> CommandResult:
-        argv = self._argv(probe.command)
-        return run_argv(argv, probe.name, probe.command, probe.timeout, self._running)
+        # the secret goes over kubectl's input (-i), never into its argv or the pod's
+        argv = self._argv(probe.command, stdin=bool(probe.secret))
+        return run_argv(
+            argv, probe.name, probe.command, probe.timeout, self._running, secret=probe.secret
+        )
 
     def close(self) -> None:
         self._running.stop_all()  # kubectl exec processes in flight (an interrupted run)

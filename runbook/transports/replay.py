@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from runbook.bundle import Bundle, is_multi
+from runbook.transports import framing
 from runbook.transports.base import CommandResult, Probe
 
 
@@ -16,7 +17,9 @@ class ReplayTransport:
 
     def run(self, probe: Probe) -> CommandResult:
         if is_multi(probe.name):
-            return self.bundle.read_multi(probe.name, probe.command)
+            # framed with the probe's token, as the node frames a live probe's files
+            token = probe.secret or framing.new_token()
+            return self.bundle.read_multi(probe.name, probe.command, token=token)
         return self.bundle.read(probe.name, probe.command)
 
     def close(self) -> None:

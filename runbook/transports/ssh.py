@@ -14,11 +14,19 @@ Addresses, keys and jump hosts usually come from ssh_config.py (the user's ssh c
 with the command line); a ProxyJump chain is a jump host whose own options name the hop before
 it, each hop a direct-tcpip channel of the previous connection.
 
-Timeouts really stop the remote command: every probe is started as
-``printf '__RBK_PGID=%s\\n' "$$" >&2; exec /bin/sh -c CMD``. sshd makes the session's shell a
-session and process-group leader, so `$$` names the group of everything CMD starts; on a timeout
-a second channel on the same connection sends TERM, then KILL, to that group before the probe's
-channel is closed. (Closing a channel without a PTY does not signal the remote process.)
+Every probe is started by `wrap_for_pgid`: the login shell reads a token the client sends on
+the channel's input (never in the command line, which `ps` shows every user of the node),
+writes a start mark carrying it on both streams, its own pid on stderr's, then execs
+``/bin/sh -c CMD``. What a stream carries before its start mark is the login's own words (a
+profile that prints a banner) and is dropped (`_Gate`): it never becomes a probe's output, the
+node's name or a multi-file probe's first file, and nothing printed before the command could
+pass for the mark without the token.
+
+Timeouts really stop the remote command: sshd makes the session's shell a session and
+process-group leader, so the pid in the start mark names the group of everything CMD starts; on
+a timeout a second channel on the same connection sends TERM, then KILL, to that group before
+the probe's channel is closed. (Closing a channel without a PTY does not signal the remote
+process.)
 
 A batch keeps each probe's own timeout, counted from the end of the probe before it. One that
 runs past BATCH_PATIENCE_S hands the probes after it back to the caller, who sends them in a
@@ -36,7 +44,6 @@ import hashlib
 import logging
 import math
 import os
-import re
 import secrets
 import shlex
 import socket
@@ -46,7 +53,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import paramiko
 
@@ -76,10 +83,8 @@ _EOF_GRACE_S = 2.0
 #: most bytes of one stream read before the loop looks at the clock again
 _DRAIN_BYTES = 4 * 1024 * 1024
 _GRACE_POLL_S = 0.02
-_PGID_LINE = re.compile(rb"(?m)^__RBK_PGID=(\d+)\n")
-#: how far into stderr the process-group line is looked for: a login's own words (a profile
-#: that prints) may come before it
-_PGID_SEARCH = 4096
+#: what starts a probe's output on both streams, the channel's token after it (wrap_for_pgid)
+_START = "__RBK_START_"
 #: a probe of a batch that has run this long hands the probes queued after it to another
 #: channel: a hung `nvidia-smi` must not hold back the rest of the walk's evidence
 BATCH_PATIENCE_S = 0.25
@@ -445,21 +450,35 @@ def _dropped(channel: paramiko.Channel) -> bool:
     return channel.closed and not channel.eof_received and channel.exit_status == -1
 
 
-def wrap_for_pgid(command: str, token: str = "") -> str:
-    """The remote form of a probe: report the process group first, then run it.
+#: the login shell's part: the start token from the input, the start marks (stderr's with the
+#: process group), then the command in a shell of its own
+_STARTING = (
+    "IFS= read -r T || exit 125; "
+    f'printf \'\\n{_START}%s\\n\' "$T"; printf \'\\n{_START}%s %s\\n\' "$T" "$$" >&2; '
+    "T=; exec /bin/sh -c "
+)
 
-    `token` marks the probe for a cancel that cannot wait for the process-group line (a slow
-    login shell or ForceCommand wrapper held it back past the timeout): the command carries
-    it in its environment (RBK_PROBE), and it does not start at all once a cancel file for
-    it exists (see `_cancel`)."""
+
+def wrap_for_pgid(command: str, token: str = "") -> str:
+    """The remote form of a probe: read the start token (the first line of the input), mark
+    the start of both streams with it and report the process group there, then run it.
+
+    `token` marks the probe for a cancel that cannot wait for the start mark (a slow login
+    shell or ForceCommand wrapper held it back past the timeout): the command carries it in
+    its environment (RBK_PROBE), and it does not start at all once a cancel file for it exists
+    (see `_cancel`). It is seen in the command line, so it frames nothing."""
     if not token:
-        return "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+        return _STARTING + shlex.quote(command)
     cancel = f'"${{TMPDIR:-/tmp}}/.rbk-cancel-{token}"'
     return (
         f"if [ -e {cancel} ]; then rm -f {cancel}; exit 124; fi; "
-        f"RBK_PROBE={token}; export RBK_PROBE; "
-        "printf '__RBK_PGID=%s\\n' \"$$\" >&2; exec /bin/sh -c " + shlex.quote(command)
+        f"RBK_PROBE={token}; export RBK_PROBE; " + _STARTING + shlex.quote(command)
     )
+
+
+def start_mark(start: str) -> bytes:
+    """What begins both streams of a probe given `start` on its input (before stderr's pid)."""
+    return f"{_START}{start}".encode("ascii")
 
 
 def _connect_through(
@@ -491,6 +510,11 @@ def _connect_through(
     return _connect(address, options, sock)
 
 
+def _framed(probes: Sequence[Probe]) -> list[bool]:
+    """Which probes of a batch get the frame token on their input."""
+    return [bool(probe.secret) for probe in probes]
+
+
 class SSHTransport:
     """One paramiko connection to one host; `run` is safe from several threads."""
 
@@ -519,16 +543,24 @@ class SSHTransport:
     def run(self, probe: Probe) -> CommandResult:
         start = time.monotonic()
         with self._slots:
+            channel: paramiko.Channel | None = None
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
                 wake = _watch(channel)  # before the command starts: no news can be missed
                 # as bytes: a value that was not UTF-8 (`--var v=$'\xff'`, kept by Python as
                 # lone surrogates) reaches the shell as the bytes it was, still one quoted word
                 token = secrets.token_hex(8)
+                begin = secrets.token_hex(16)  # the start marks', sent on the input
                 channel.exec_command(
                     wrap_for_pgid(probe.command, token).encode("utf-8", "surrogateescape")
                 )
+                # then the command's own secret (a multi-file probe's frame token), then EOF
+                lines = [begin, probe.secret] if probe.secret else [begin]
+                channel.sendall("".join(f"{line}\n" for line in lines).encode("ascii"))
+                channel.shutdown_write()
             except (OSError, paramiko.SSHException, EOFError) as exc:
+                if channel is not None:
+                    channel.close()
                 return CommandResult(
                     probe.name,
                     probe.command,
@@ -536,7 +568,7 @@ class SSHTransport:
                     duration=time.monotonic() - start,
                 )
             try:
-                return self._read(channel, wake, probe, start, token)
+                return self._read(channel, wake, probe, start, token, begin)
             except Exception as exc:  # a dying connection must be a result, never a crash
                 log.debug("%s: %s failed", self.address, probe.name, exc_info=True)
                 return CommandResult(
@@ -563,20 +595,26 @@ class SSHTransport:
         start = time.monotonic()
         limit = math.inf if within is None else start + within
         token = secrets.token_hex(8)  # the cancel's, seen in the command line
-        secret = secrets.token_hex(16)  # the marks', sent on the input
+        begin = secrets.token_hex(16)  # the start marks', sent on the input
+        secret = secrets.token_hex(16)  # the end marks', sent on the input
         mark = batch.mark_for(secret)
-        count = batch.fits([probe.command for probe in probes])
+        # one frame token a batch (the walk's): a probe with another starts the next batch
+        frame = next((p.secret for p in probes if p.secret), "")
+        count = batch.fits([probe.command for probe in probes], _framed(probes))
+        count = next(
+            (i for i, p in enumerate(probes[:count]) if p.secret not in ("", frame)), count
+        )
         mine = probes[:count]
         with self._slots:
             channel: paramiko.Channel | None = None
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
                 wake = _watch(channel)
-                script = batch.script([probe.command for probe in mine])
+                script = batch.script([probe.command for probe in mine], _framed(mine))
                 channel.exec_command(
                     wrap_for_pgid(script, token).encode("utf-8", "surrogateescape")
                 )
-                channel.sendall(f"{secret}\n".encode("ascii"))
+                channel.sendall(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
                 channel.shutdown_write()
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 if channel is not None:
@@ -584,7 +622,7 @@ class SSHTransport:
                 error = f"could not start: {exc or type(exc).__name__}"
                 fail_all(probes, deliver, error, time.monotonic() - start)
                 return
-            reader = _BatchReader(self, channel, wake, mine, deliver, mark, token)
+            reader = _BatchReader(self, channel, wake, mine, deliver, mark, token, begin)
             try:
                 reader.read(start, limit, spill)
             except Exception as exc:  # a dying connection must be a result, never a crash
@@ -605,6 +643,7 @@ class SSHTransport:
         probe: Probe,
         start: float,
         token: str = "",
+        begin: str = "",
     ) -> CommandResult:
         # Woken by the channel itself, not select()ed or polled: Channel.fileno() gives each
         # channel an OS pipe that paramiko closes from its own thread when the server closes
@@ -612,7 +651,8 @@ class SSHTransport:
         # descriptor; and polling woke every waiting reader up to fifty times a second (a
         # sweep has a hundred of them, each needing the GIL to look). `_watch` has paramiko
         # set one event for anything that arrives (data on either stream, EOF, exit status).
-        out, err = BoundedBuffer(), BoundedBuffer()
+        out = _Gate(BoundedBuffer(), start_mark(begin))
+        err = _Gate(BoundedBuffer(), start_mark(begin), with_pgid=True)
         deadline = start + probe.timeout
         timed_out = False
         error = None
@@ -648,20 +688,24 @@ class SSHTransport:
             wake.wait(remaining if exited_at is None else min(remaining, _GRACE_POLL_S))
         if not timed_out and error is None and _dropped(channel):
             error = "connection lost before the command finished"
-        pgid, raw_err = _split_pgid(err.getvalue())
-        if timed_out and pgid is not None:
-            self._kill_group(pgid)
+        if timed_out and err.pgid is not None:
+            self._kill_group(err.pgid)
         elif timed_out and token:
             self._cancel(token)
+        if not (timed_out or error or out.opened):
+            # the login shell ended, or ran something else, before our command: what it
+            # printed is its own, not the probe's output
+            error = "the remote shell ended before the command started"
+        out.dropped_note(self.address, probe.name)
         return CommandResult(
             name=probe.name,
             command=probe.command,
-            stdout=decode(out.getvalue()),
-            stderr=decode(raw_err),
+            stdout=decode(out.inner.getvalue()),
+            stderr=decode(err.inner.getvalue()),
             exited=None if timed_out or error else channel.recv_exit_status(),
             duration=time.monotonic() - start,
             timed_out=timed_out,
-            truncated=out.truncated or err.truncated,
+            truncated=out.inner.truncated or err.inner.truncated,
             error=error,
         )
 
@@ -754,36 +798,55 @@ class SSHTransport:
         self._close_hops()
 
 
-class _ErrStream:
-    """A batch's stderr: the process-group line first (wrap_for_pgid), then the probes'."""
+_S = TypeVar("_S", bound=_Sink)
 
-    def __init__(self, splitter: batch.Splitter) -> None:
-        self.splitter = splitter
+
+class _Gate(Generic[_S]):
+    """One stream of a probe's channel, passed on to `inner` from its start mark on
+    (wrap_for_pgid): what came before is the login's own words (a profile that prints), never
+    a probe's output, so it is dropped. stderr's mark carries the process group."""
+
+    def __init__(self, inner: _S, mark: bytes, *, with_pgid: bool = False) -> None:
+        self.inner = inner
+        self._needle = b"\n" + mark
+        self._with_pgid = with_pgid
+        self._head = bytearray()
+        self.opened = False
         self.pgid: int | None = None
-        self._head: bytearray | None = bytearray()
+        #: bytes the login printed before the mark
+        self.dropped = 0
 
     def feed(self, data: bytes) -> None:
-        if self._head is None:
-            self.splitter.feed(data)
+        if self.opened:
+            self.inner.feed(data)
             return
-        self._head += data
-        pgid, rest = _split_pgid(self._head)
-        if pgid is None and b"__RBK_END_" not in rest and len(rest) <= _PGID_SEARCH:
-            return  # not yet: a login's own words came first, or the line is not whole
-        # without the line (a login that ran the command some other way), once the first
-        # probe's end mark is here, its stderr is what came
-        self.pgid = pgid
-        self._head = None
-        self.splitter.feed(rest)
+        head = self._head
+        head += data
+        at = head.find(self._needle)
+        if at < 0:
+            # all but what could be the start of the mark is the login's
+            cut = len(head) - len(self._needle)
+            if cut > 0:
+                self.dropped += cut
+                del head[:cut]
+            return
+        line_end = head.find(b"\n", at + len(self._needle))
+        if line_end < 0:
+            return  # the mark's line is not whole yet
+        rest = bytes(head[at + len(self._needle) : line_end])
+        if self._with_pgid and rest[:1] == b" " and rest[1:].isdigit():
+            self.pgid = int(rest[1:])
+        self.dropped += at
+        after = bytes(head[line_end + 1 :])
+        self._head = bytearray()
+        self.opened = True
+        if after:
+            self.inner.feed(after)
 
-
-def _split_pgid(head: bytes | bytearray) -> tuple[int | None, bytes]:
-    """The process group wrap_for_pgid reported, and stderr without its line (a login's own
-    words before it stay, as the probe's stderr)."""
-    mark = _PGID_LINE.search(head, 0, _PGID_SEARCH)
-    if mark is None:
-        return None, bytes(head)
-    return int(mark.group(1)), bytes(head[: mark.start()]) + bytes(head[mark.end() :])
+    def dropped_note(self, address: object, what: str) -> None:
+        if self.dropped:
+            log.debug("%s: %s: %d bytes the login printed first, left out", address, what,
+                      self.dropped)  # fmt: skip
 
 
 class _BatchReader:
@@ -799,6 +862,7 @@ class _BatchReader:
         deliver: Deliver,
         mark: bytes,
         token: str,
+        begin: str,
     ) -> None:
         self.transport = transport
         self.channel = channel
@@ -807,13 +871,16 @@ class _BatchReader:
         self.deliver = deliver
         self.token = token
         self.out = batch.Splitter(mark, with_status=True, limit=MAX_CAPTURE_BYTES)
-        self.err = _ErrStream(batch.Splitter(mark, with_status=False, limit=MAX_CAPTURE_BYTES))
+        self.err = batch.Splitter(mark, with_status=False, limit=MAX_CAPTURE_BYTES)
+        #: both streams as they come, the login's words before the start marks left out
+        self._out = _Gate(self.out, start_mark(begin))
+        self._err = _Gate(self.err, start_mark(begin), with_pgid=True)
         #: the first probe not yet delivered, and when it started (the one before it ended)
         self.current = 0
         self.began = 0.0
         #: where the probes handed back start, once they have been
         self.handed_back: int | None = None
-        #: when the script was seen running on the node (its process-group line came)
+        #: when the script was seen running on the node (its start mark came)
         self.running_since: float | None = None
         #: the channel that asked the shell to stop (closed with the batch's)
         self.stopping: paramiko.Channel | None = None
@@ -828,9 +895,9 @@ class _BatchReader:
         ended_at: float | None = None
         while self.current < self._end:
             self.wake.reset()
-            got = self.transport._drain(channel, self.out, self.err)
+            got = self.transport._drain(channel, self._out, self._err)
             now = time.monotonic()
-            if self.running_since is None and self.err.pgid is not None:
+            if self.running_since is None and self._err.pgid is not None:
                 self.running_since = now
             self._deliver_finished(now)
             if self.current >= self._end:
@@ -881,14 +948,14 @@ class _BatchReader:
         while not (self.channel.exit_status_ready() or self.channel.closed):
             left = until - time.monotonic()
             if left <= 0:
-                self.transport._stop(self.err.pgid, self.token)
+                self.transport._stop(self._err.pgid, self.token)
                 return
             self.wake.reset()
-            self.transport._drain(self.channel, self.out, self.err)
+            self.transport._drain(self.channel, self._out, self._err)
             self.wake.wait(left)
 
     def _deliver_finished(self, now: float) -> None:
-        out, err = self.out.pieces, self.err.splitter.pieces
+        out, err = self.out.pieces, self.err.pieces
         while out and err and self.current < self._end:
             stdout, out_cut, status = out.popleft()
             stderr, err_cut, _ = err.popleft()
@@ -918,8 +985,8 @@ class _BatchReader:
     def _hand_back(self, index: int, spill: Spill) -> None:
         self.handed_back = index
         spill(index)
-        if self.err.pgid is not None:
-            self.stopping = self.transport._ask_to_stop(self.err.pgid)
+        if self._err.pgid is not None:
+            self.stopping = self.transport._ask_to_stop(self._err.pgid)
 
     def close(self) -> None:
         if self.stopping is not None:
@@ -928,7 +995,7 @@ class _BatchReader:
     def _timed_out(self, now: float, spill: Spill) -> None:
         # the walk has its result before the second channel that stops the probe comes back
         self._cut_short(now, spill, timed_out=True, error=None)
-        self.transport._stop(self.err.pgid, self.token)
+        self.transport._stop(self._err.pgid, self.token)
 
     def fail(self, error: str, spill: Spill) -> None:
         """The current probe ends with `error`; those after it are handed back."""
@@ -940,7 +1007,7 @@ class _BatchReader:
         if self.current >= self._end:
             return
         stdout, out_cut = self.out.partial()
-        stderr, err_cut = self.err.splitter.partial()
+        stderr, err_cut = self.err.partial()
         end = self._end
         self._settle_current(
             now, stdout, stderr, out_cut or err_cut, timed_out=timed_out, error=error

@@ -37,12 +37,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runbook.bundle import Bundle, split_multi
+from runbook.bundle import Bundle
 from runbook.job import kube_pods, slurm_parse
 from runbook.job.resolve_hosts import parse_hosts_file, parse_ranks
 from runbook.parsers import registry
 from runbook.transports.base import CommandResult, decode
 from tests.tools import bundles
+from tests.tools.framed import split_headers
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("RUNBOOK_HYPOTHESIS_EXAMPLES", "200"))
@@ -97,7 +98,7 @@ def bundle_files() -> list[dict[str, CommandResult]]:
         out.append({name: bundle.read(name) for name in bundle.names()})
     for capture in sorted((REPO / "tests" / "unit" / "procmem_samples").glob("*.txt")):
         joined = CommandResult("procmem/*", "tail -v", stdout=capture.read_text(), exited=0)
-        out.append({piece.name: piece for piece in split_multi(joined)})
+        out.append({piece.name: piece for piece in split_headers(joined)})
     perf = REPO / "tests" / "scenarios" / "node-data" / "healthy-8gpu" / "all_reduce_perf.txt"
     name = "nccl-tests/recovery-1.txt"
     out.append({name: _result(name, perf.read_text())})

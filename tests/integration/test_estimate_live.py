@@ -37,6 +37,7 @@ from runbook.conductor import Conductor
 from runbook.parsers import get
 from runbook.remedies import estimate
 from runbook.spec import load_file, resolve
+from runbook.transports import framing
 from runbook.transports.local import LocalTransport
 from tests.scenarios.cgroups import MIB, MemoryCgroup, sweep_stale
 
@@ -136,9 +137,10 @@ def probe_facts(cg: MemoryCgroup) -> tuple[dict[str, Any], float]:
     transport = LocalTransport()
     files = {}
     started = time.monotonic()
+    token = framing.new_token()
     for probe in probes:
-        result = transport.run(probe)
-        files.update({p.name: p for p in bundle.split_multi(result)})
+        result = transport.run(framing.prepare(probe, token))
+        files.update({p.name: p for p in bundle.split_multi(result, token)})
     elapsed = time.monotonic() - started
     return {name: get(name).func(files, {"vars": {}}) for name in stage.parse}, elapsed
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from runbook.transports import framing
 from tests.sweep.helpers import runbook
 
 
@@ -49,5 +50,8 @@ def test_the_plan_is_every_probe_once_and_ansible_will_not_template_it(
     assert all(not is_trusted_as_template(p["command"]) for p in probes)
     assert not any(is_trusted_as_template(name) for name in names)
     app = next(p["command"] for p in probes if p["name"] == "app/*.log")
-    assert app == "tail -v -n 5000 -- '/x/{{ lookup('\"'\"'pipe'\"'\"','\"'\"'id'\"'\"') }}'/*.log"
+    # framed as it runs (the module gives it its token on its input), the value one quoted word
+    assert app == framing.script(
+        "rbk_tail 5000 '/x/{{ lookup('\"'\"'pipe'\"'\"','\"'\"'id'\"'\"') }}' '*.log'"
+    )
     assert data["evidence_collect_meta"] == {"pod": "trainer-0", "namespace": "ml"}

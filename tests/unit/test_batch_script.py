@@ -17,7 +17,8 @@ from runbook.transports import batch
 
 TOKEN = "0123456789abcdef"
 MARK = batch.mark_for(TOKEN)
-INPUT = f"{TOKEN}\n".encode()
+#: what the client sends: the marks' token, then the frame token (none here)
+INPUT = f"{TOKEN}\n\n".encode()
 
 #: commands whose output, stderr or exit a careless batch would change
 COMMANDS = [
@@ -218,3 +219,19 @@ def test_the_script_runs_in_the_shells_nodes_have(shell: str) -> None:
         (b"", b"", 4),
         (b"", b"c\n", 0),
     ]
+
+
+def test_a_framed_probe_reads_the_frame_token_as_its_one_line_of_input_and_no_other_does() -> None:
+    """A multi-file probe of a batch gets the frame token (the input's second line) on its own
+    input, as it would alone; the probes beside it see their input closed."""
+    frame = "f" * 32
+    commands = ["cat; echo end", 'IFS= read -r k; echo "[$k]"; cat; echo end', "cat; echo end"]
+    done = subprocess.run(
+        ["/bin/sh", "-c", batch.script(commands, [False, True, False])],
+        input=f"{TOKEN}\n{frame}\n".encode(),
+        capture_output=True,
+        timeout=20,
+    )
+    pieces = _split(done.stdout, done.stderr)
+    assert [p[0] for p in pieces] == [b"end\n", f"[{frame}]\nend\n".encode(), b"end\n"]
+    assert frame.encode() not in done.stdout.replace(pieces[1][0], b"")

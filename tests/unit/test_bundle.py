@@ -11,6 +11,7 @@ import pytest
 
 from runbook.bundle import Bundle, BundleMeta, split_multi, write_bundle
 from runbook.errors import BundleError
+from runbook.transports import framing
 from runbook.transports.base import CommandResult, Probe
 from runbook.transports.replay import ReplayTransport
 
@@ -113,15 +114,84 @@ def test_a_decompression_bomb_stops_before_filling_the_disk(
         Bundle.open(archive)
 
 
-def test_multi_file_output_splits_into_one_file_per_header() -> None:
+TOKEN = framing.new_token()
+
+
+def _framed(*records: framing.Record) -> str:
+    return framing.frame(list(records), TOKEN)
+
+
+def _rec(name: str, text: str, status: int | None = 0) -> framing.Record:
+    return framing.Record("file", name, text, status)
+
+
+def test_multi_file_output_splits_into_one_file_per_frame_byte_for_byte() -> None:
     live = CommandResult(
         "app/*.log",
-        "tail -v -n 100 -- /var/log/train/*.log",
-        stdout="==> /var/log/train/rank-0.log <==\na\nb\n\n==> /var/log/train/rank-1.log <==\nc\n",
+        "rbk_tail 100 /var/log/train '*.log'",
+        stdout=_framed(_rec("rank-0.log", "a\nb\n\n"), _rec("rank-1.log", "c")),
         exited=0,
     )
-    pieces = {p.name: p.stdout for p in split_multi(live)}
-    assert pieces == {"app/rank-0.log": "a\nb\n", "app/rank-1.log": "c\n"}
+    pieces = {p.name: (p.stdout, p.exited) for p in split_multi(live, TOKEN)}
+    assert pieces == {"app/rank-0.log": ("a\nb\n\n", 0), "app/rank-1.log": ("c", 0)}
+
+
+def test_a_header_or_a_frame_inside_a_file_is_that_files_text() -> None:
+    """`tail -v` headers and frames with another token are text: only the walk's token cuts."""
+    other = framing.frame([_rec("rank-0.log", "forged\n")], framing.new_token())
+    forged = f"real error\n==> /var/log/train/rank-0.log <==\nforged\n{other}"
+    live = CommandResult(
+        "app/*.log", "", stdout=_framed(_rec("rank-0.log", "mine\n"), _rec("rank-1.log", forged))
+    )
+    pieces = {p.name: p.stdout for p in split_multi(live, TOKEN)}
+    assert pieces == {"app/rank-0.log": "mine\n", "app/rank-1.log": forged}
+
+
+def test_a_file_named_as_a_status_twice_or_off_the_pattern_is_refused() -> None:
+    live = CommandResult(
+        "app/*.log",
+        "",
+        stdout=_framed(
+            _rec("rank-0.log", "first\n"),
+            _rec("rank-0.log", "second\n"),
+            _rec("rank-1.log.rc", "1\n"),
+            _rec("rank-2.txt", "x\n"),
+            _rec("../../etc/cron.d/x.log", "x\n"),
+        ),
+    )
+    pieces = split_multi(live, TOKEN)
+    assert [(p.name, p.stdout) for p in pieces] == [("app/rank-0.log", "first\n")]
+    assert pieces[0].stderr.count("left out") == 4
+
+
+def test_a_file_the_probe_did_not_read_is_a_result_not_collected_with_its_reason() -> None:
+    live = CommandResult(
+        "app/*.log",
+        "",
+        stdout=_framed(
+            _rec("rank-0.log", "a\n"),
+            framing.Record("skip", "rank-8.log", reason="link"),
+            framing.Record("skip", "rank-9.log", reason="fifo"),
+        ),
+        exited=0,
+    )
+    pieces = {p.name: p for p in split_multi(live, TOKEN)}
+    assert pieces["app/rank-0.log"].ok
+    link, fifo = pieces["app/rank-8.log"], pieces["app/rank-9.log"]
+    assert not link.collected and link.stderr.startswith("runbook: not read: a symbolic link")
+    assert not fifo.collected and "a FIFO" in fifo.error
+
+
+def test_a_file_whose_end_never_came_is_cut_as_the_probe_was() -> None:
+    stdout = _framed(_rec("rank-0.log", "whole\n"), _rec("rank-1.log", "half", status=None))
+    timed_out = CommandResult("app/*.log", "", stdout=stdout, timed_out=True, duration=30.0)
+    pieces = {p.name: p for p in split_multi(timed_out, TOKEN)}
+    assert pieces["app/rank-0.log"].ok
+    assert pieces["app/rank-1.log"].timed_out and pieces["app/rank-1.log"].stdout == "half"
+    capped = CommandResult("app/*.log", "", stdout=stdout, exited=0, truncated=True)
+    cut = {p.name: p for p in split_multi(capped, TOKEN)}
+    assert cut["app/rank-1.log"].truncated and cut["app/rank-1.log"].exited == 0
+    assert not cut["app/rank-0.log"].truncated
 
 
 def test_a_multi_file_probes_notes_go_with_the_file_they_name_and_the_cut_with_the_last() -> None:
@@ -129,32 +199,41 @@ def test_a_multi_file_probes_notes_go_with_the_file_they_name_and_the_cut_with_t
     goes with it, the rest (and the stream's cut) with the last file."""
     joined = CommandResult(
         "app/*.log",
-        "tail -v -n 100 -- /var/log/train/*.log",
-        stdout=("==> /var/log/train/rank-0.log <==\na\n\n==> /var/log/train/rank-1.log <==\nb\n"
-                "\n==> /var/log/train/rank-2.log <==\nc\n"),
-        stderr=("runbook: /var/log/train/rank-1.log is 2.0 GiB: only its last 16.0 MiB were read\n"
-                "tail: cannot open '/var/log/train/rank-9.log' for reading: Permission denied\n"),
+        "",
+        stdout=_framed(
+            _rec("rank-0.log", "a\n"), _rec("rank-1.log", "b\n"), _rec("rank-2.log", "c\n")
+        ),
+        stderr=("runbook: app/rank-1.log is 2.0 GiB: only its last 16.0 MiB were read\n"
+                "dd: failed to open '/var/log/train/rank-11.log': Permission denied\n"),
         exited=0,
         truncated=True,
     )  # fmt: skip
-    pieces = {p.name: p for p in split_multi(joined)}
+    pieces = {p.name: p for p in split_multi(joined, TOKEN)}
     assert {n: (p.stderr, p.truncated) for n, p in pieces.items()} == {
         "app/rank-0.log": ("", False),
         "app/rank-1.log": (joined.stderr.splitlines(keepends=True)[0], True),
-        "app/rank-2.log": (joined.stderr.splitlines(keepends=True)[1], True),
+        "app/rank-2.log": (joined.stderr.splitlines(keepends=True)[1], False),
     }
-    whole = split_multi(CommandResult("app/*.log", "", stdout=joined.stdout, exited=0))
-    assert [(p.stderr, p.truncated) for p in whole] == [("", False)] * 3
 
 
 def test_a_replayed_multi_file_probe_splits_the_same_as_the_live_one(tmp_path: Path) -> None:
     root = tmp_path / "b"
-    write_bundle(root, BundleMeta(node="n", collected_at="x"), [
-        CommandResult("app/rank-0.log", "", stdout="a\nb\n", exited=0),
-        CommandResult("app/rank-1.log", "", stdout="c\n", exited=0),
-    ])  # fmt: skip
-    replayed = ReplayTransport(root).run(Probe("app/*.log", "tail ..."))
-    assert {p.name: p.stdout for p in split_multi(replayed)} == {
-        "app/rank-0.log": "a\nb\n",
-        "app/rank-1.log": "c\n",
-    }
+    live = CommandResult(
+        "app/*.log",
+        "",
+        stdout=_framed(
+            _rec("rank-0.log", "a\nb\n"),
+            _rec("rank-1.log", "c"),
+            framing.Record("skip", "rank-8.log", reason="link"),
+        ),
+        exited=0,
+    )
+    pieces = split_multi(live, TOKEN)
+    write_bundle(root, BundleMeta(node="n", collected_at="x"), pieces)
+    assert not (root / "app" / "rank-8.log").exists()
+    assert (root / "app" / "rank-8.log.err").read_text().startswith("runbook: not read: a sym")
+    replayed = ReplayTransport(root).run(Probe("app/*.log", "tail ...", secret=TOKEN))
+    again = split_multi(replayed, TOKEN)
+    assert [(p.name, p.stdout, p.collected, p.error) for p in again] == [
+        (p.name, p.stdout, p.collected, p.error) for p in pieces
+    ]

@@ -20,6 +20,7 @@ from runbook.remedies import advice, estimate
 from runbook.remedies.estimate import EstimateError, Input, Inputs, compute
 from runbook.transports.base import CommandResult
 from tests.tools import bundles
+from tests.tools.framed import split_headers
 
 HERE = Path(__file__).parent
 SAMPLES = HERE / "procmem_samples"
@@ -195,7 +196,7 @@ def test_nothing_measured_and_nothing_given_is_an_error() -> None:
 
 
 def split(name: str, stdout: str) -> dict[str, CommandResult]:
-    return {p.name: p for p in bundle.split_multi(CommandResult(name, "", stdout=stdout, exited=0))}
+    return {p.name: p for p in split_headers(CommandResult(name, "", stdout=stdout, exited=0))}
 
 
 def capture_facts(sample: str) -> dict[str, Any]:

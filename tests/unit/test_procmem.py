@@ -15,7 +15,9 @@ from runbook import bundle
 from runbook.parsers import registry
 from runbook.parsers.procmem import parse_smaps_rollup, parse_status, procmem_facts
 from runbook.spec import load_file, resolve
+from runbook.transports import framing
 from runbook.transports.base import CommandResult
+from tests.tools.framed import split_headers
 
 SAMPLES = Path(__file__).parent / "procmem_samples"
 MiB = 1 << 20
@@ -34,7 +36,7 @@ def probe_output(name: str) -> str:
 def files_of(stdout: str) -> dict[str, CommandResult]:
     """The probe's output as the executor hands it to parsers: split per file."""
     joined = CommandResult("procmem/*", "probe", stdout=stdout, exited=0)
-    return {piece.name: piece for piece in bundle.split_multi(joined)}
+    return {piece.name: piece for piece in split_headers(joined)}
 
 
 def facts(stdout: str, **variables: Any) -> dict[str, Any]:
@@ -261,8 +263,9 @@ def test_a_bundle_replays_to_the_same_facts(tmp_path: Path) -> None:
     """Written as a run writes it, read back as replay reads it: the same facts."""
     pieces = list(files_of(probe_output("named")).values())
     bundle.write_bundle(tmp_path, bundle.BundleMeta(node="n", collected_at="2025-01-01"), pieces)
-    replayed = bundle.Bundle.open(tmp_path).read_multi("procmem/*")
-    again = {p.name: p for p in bundle.split_multi(replayed)}
+    token = framing.new_token()
+    replayed = bundle.Bundle.open(tmp_path).read_multi("procmem/*", token=token)
+    again = {p.name: p for p in bundle.split_multi(replayed, token)}
     assert procmem_facts(again, {}) == procmem_facts(files_of(probe_output("named")), {})
 
 
