@@ -501,6 +501,14 @@ class TestHost:
         )
         self.config_path.write_text(self._sshd_config())
 
+    def login_prints(self, stdout: str, stderr: str = "") -> None:
+        """Every SSH session of this host prints `stdout` and `stderr` before its command runs,
+        as a login banner in a shell start-up file does (bash reads ~/.bashrc for a command
+        sshd runs; this file stands in for root's, and its profile for login shells)."""
+        words = f"printf '%s' {shlex.quote(stdout)}; printf '%s' {shlex.quote(stderr)} >&2\n"
+        self._empty_path.write_text(words)
+        self._profile_path.write_text(self._profile_path.read_text() + words)
+
     @property
     def session_path(self) -> str:
         """PATH of this host's SSH sessions: the shim dir, then the standard directories."""
