@@ -78,7 +78,10 @@ rbk_tail() {{
   }}
   rbk_dd=1; rbk_n=$1; rbk_d=$2; shift 2
   for rbk_p in "$@"; do
-    rbk_c=0
+    rbk_c=0; rbk_big=
+    # the files past the window, in one look (a file's own size is asked only for those)
+    [ "$rbk_n" = all ] || rbk_big=$(find "$rbk_d/" -maxdepth 1 -name "$rbk_p" -type f \
+      -size +{WINDOW_BYTES // (1024 * 1024)}M -printf ' %f ' 2>/dev/null)
     for rbk_f in "$rbk_d"/$rbk_p; do
       rbk_b=${{rbk_f##*/}}
       if [ -L "$rbk_f" ]; then rbk_w=link
@@ -100,7 +103,8 @@ rbk_tail() {{
       if [ "$rbk_n" = all ]; then
         dd if="$rbk_f" iflag=nofollow,nonblock bs={_BLOCK} count={_BLOCKS} status=none
       else
-        rbk_s=$(stat -c %s -- "$rbk_f" 2>/dev/null) || rbk_s=0
+        rbk_s=0
+        case $rbk_big in *" $rbk_b "*) rbk_s=$(stat -c %s -- "$rbk_f" 2>/dev/null) || rbk_s=0;; esac
         rbk_s=$((rbk_s > {WINDOW_BYTES} ? rbk_s - {WINDOW_BYTES} : 0))
         dd if="$rbk_f" iflag=nofollow,nonblock,skip_bytes skip="$rbk_s" bs={_BLOCK} \
           count={_BLOCKS} status=none | tail -n "$rbk_n"
