@@ -16,7 +16,7 @@ world-writable /tmp by default). Each attack here is planted on a real OpenSSH t
   command sshd runs): it must reach no evidence, neither `hostname.txt` nor the first file.
 
 The token that frames the files travels on the probe's standard input: the last test starts a
-framed probe through each transport (ssh alone and batched, local, kubectl exec) and checks
+framed probe through each transport (ssh alone and batched, local, nsenter, kubectl exec) and checks
 that the token never appears in a command line anyone on the node could read, while the probe
 still gets it. `kubectl` there is a recorded double (no Kubernetes API here): a script that
 does what `kubectl exec [-i] … -- ARGV` does with its input and runs ARGV on this machine.
@@ -40,7 +40,7 @@ from runbook.transports import framing
 from runbook.transports.address import SSHAddress
 from runbook.transports.base import Probe
 from runbook.transports.local import LocalTransport
-from runbook.transports.nsenter import KubectlTransport
+from runbook.transports.nsenter import KubectlTransport, NsenterTransport
 from runbook.transports.ssh import SSHOptions, SSHTransport
 from tests.hardening.other_user import OtherUser, another_user
 from tests.hardening.runs import Finished, run_now, stages
@@ -300,6 +300,8 @@ def test_the_frame_token_reaches_each_transports_probe_on_its_input_never_in_a_c
         )
         results["ssh batch"] = batch[1]
         results["local"] = LocalTransport().run(probe)
+        # into this process's own namespaces: nsenter passes its input on to the probe's shell
+        results["nsenter"] = NsenterTransport(LocalTransport(), os.getpid()).run(probe)
         results["kubectl"] = kubectl.run(probe)
     finally:
         ssh.close()

@@ -107,3 +107,91 @@ def test_only_frames_with_the_token_cut_the_output() -> None:
     assert framed.outside == len("a banner before the first frame") + len("between files")
     # a frame line the output ended inside of is no frame
     assert framing.parse(f"\n{framing.MARK}{TOKEN} file half", TOKEN).records == []
+
+
+def test_a_file_swapped_for_a_link_or_a_fifo_while_it_is_read_is_never_followed_or_waited_on(
+    tmp_path: Path,
+) -> None:
+    """The check and the open are two steps: another process flips the name between a log, a
+    link to a secret and a FIFO as fast as it can while the probe reads it again and again.
+    The open does not follow a link nor wait on a FIFO (`dd iflag=nofollow,nonblock`), so the
+    secret never comes back and no read is held."""
+    secret = tmp_path / "secret"
+    secret.write_text("root only\n")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    target = logs / "rank-0.log"
+    target.write_text("a log\n")
+    flipper = subprocess.Popen(
+        ["python3", "-c", _FLIP, str(logs), str(secret)], stdout=subprocess.DEVNULL
+    )
+    try:
+        command = f"for i in $(seq 1 150); do rbk_tail 5 {logs} 'rank-*.log'; done"
+        started = time.monotonic()
+        done = _run("sh", command)
+        elapsed = time.monotonic() - started
+    finally:
+        flipper.kill()
+        flipper.wait()
+    assert b"root only" not in done.stdout
+    records = framing.parse(done.stdout.decode(), TOKEN).records
+    assert {r.text for r in records if r.kind == "file"} <= {"a log\n", ""}
+    assert elapsed < 15, elapsed
+
+
+#: flips logs/rank-0.log between a log, a link to the secret and a FIFO (rename is atomic)
+_FLIP = """
+import os, sys
+logs, secret = sys.argv[1], sys.argv[2]
+target = os.path.join(logs, "rank-0.log")
+n = 0
+while True:
+    n += 1
+    tmp = os.path.join(logs, ".flip")
+    kind = n % 3
+    if kind == 0:
+        with open(tmp, "w") as f:
+            f.write("a log\\n")
+    elif kind == 1:
+        os.symlink(secret, tmp)
+    else:
+        os.mkfifo(tmp)
+    os.rename(tmp, target)
+"""
+
+
+def test_the_ansible_module_splits_framed_output_as_the_walk_does() -> None:
+    """plugins/modules/evidence_bundle.py runs on the node without nccl-runbook: its copy of
+    the splitter keeps the same files and the same reasons."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "plugins" / "modules" / "evidence_bundle.py"
+    spec = importlib.util.spec_from_file_location("evidence_bundle_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.SKIPPED == framing.SKIPPED and module.FRAME == framing.MARK
+    forged = f"ok\n==> /x/rank-1.log <==\nforged\n{framing.MARK}{framing.new_token()} end 0\n"
+    stdout = "banner" + framing.frame(
+        [
+            framing.Record("file", "rank-0.log", forged, 0),
+            framing.Record("file", "rank-0.log", "again\n", 0),
+            framing.Record("file", "rank-1.log.rc", "1\n", 0),
+            framing.Record("skip", "rank-8.log", reason="link"),
+            framing.Record("file", "rank-9.log", "cut", None),
+        ],
+        TOKEN,
+    )
+    from runbook import bundle
+    from runbook.transports.base import CommandResult
+
+    walk = bundle.split_multi(CommandResult("app/*.log", "", stdout=stdout, exited=0), TOKEN)
+    ansible = module.split_multi({"name": "app/*.log", "stdout": stdout}, TOKEN)
+    # a file whose end never came takes the probe's status (0 here) when the module writes it
+    assert [(p.name, p.stdout, p.exited if p.collected else None, p.error) for p in walk] == [
+        (name, text, None if skipped else 0 if status is None else status,
+         f"not read: {skipped}" if skipped else None)
+        for name, text, status, skipped in ansible
+    ]  # fmt: skip
+    assert [p.name for p in walk] == ["app/rank-0.log", "app/rank-8.log", "app/rank-9.log"]
+    assert walk[0].stdout == forged
