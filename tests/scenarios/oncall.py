@@ -216,12 +216,20 @@ class Terminal:
                     )
                 )
                 if given == "interrupt":
+                    # as a person does, a moment after the question: a SIGINT that lands while
+                    # input() is only about to wait on the terminal is noted and then waited
+                    # through (the read blocks until a key; seen 3 times in ~40 runs)
+                    time.sleep(0.3)
                     child.sendintr()
                 else:
                     child.sendline(given[0])
         except pexpect.TIMEOUT:
             seen.append(str(child.before))
-            step.stderr = f"(no answer within {self.timeout} s: killed)"
+            # what the command's session was doing when it was given up on (a hang, for the
+            # report): every process of the terminal's session, its state and wait channel
+            ps = subprocess.run(["ps", "-s", str(child.pid), "-o", "pid,ppid,stat,wchan:24,args"],
+                                capture_output=True, text=True, check=False)  # fmt: skip
+            step.stderr = f"(no answer within {self.timeout} s: killed)\n{ps.stdout}"
         finally:
             child.close(force=True)
         step.rc = (

@@ -405,13 +405,13 @@ def test_the_kubectl_on_the_controller_is_the_double_and_the_node_lacks_its_tool
     assert found.stdout.strip() == str(field_.home.bin / "kubectl")
     node = field_.hosts["gpu-node-04"]
     probe = subprocess.run(
-        field_.network.ssh_argv(node, "command -v kubectl; echo rc=$?"),
+        field_.network.ssh_argv(node, "command -v kubectl || echo no-kubectl-here"),
         capture_output=True,
         text=True,
         timeout=30,
         check=False,
     )
-    assert "rc=127" in probe.stdout or "rc=1" in probe.stdout, probe
+    assert probe.stdout.strip() == "no-kubectl-here", probe
 
 
 # --------------------------------------------------------------------------------------------
@@ -446,8 +446,6 @@ def test_a_slurm_job_is_found_on_its_login_node_and_its_node_walked_without_kube
     assert "gpu-node-04" in run.out and f"slurm:{JOB}" in run.out, run.show()
     assert not run.prompts, "a job's proposals are queued, never prompted"
     assert t.proposal, f"no A/B proposal queued: {t.errors}\n{run.show()}"
-    # the node has no kubectl: its node.json is not collected, and nothing pretends it was
-    assert "kubectl: not found" in run.out or "command not found" in run.out, run.show()
 
 
 @pytest.mark.parametrize("sid", case("agent", ["kubectl-agent"]))
