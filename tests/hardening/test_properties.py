@@ -243,7 +243,8 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
     "nvidia_smi": {
         "*collected": (bool,), "*exit_code": (int, N), "*exit_meaning": (str, N),
         "*exit_evidence": (list,),
-        "*driver_loaded": (bool, N), "*gpu_lost": (bool,), "*list": (dict,), "*query": (dict,),
+        "*driver_loaded": (bool, N), "*not_installed": (bool,), "*gpu_lost": (bool,),
+        "*list": (dict,), "*query": (dict,),
         "*gpu_count": (int, N), "*driver_version": (str, N), "*q": (dict,),
         "uncorrectable_ecc_volatile": (int,), "uncorrectable_ecc_aggregate": (int,),
         "remap_pending": (bool,), "remap_failure": (bool,), "retired_pages_pending": (bool,),
