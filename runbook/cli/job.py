@@ -55,7 +55,9 @@ def run_job_command(
         request, load_config(ctx, db=db), lambda ref: progress_for(f"job {ref}", sys.stderr)
     )
     if fmt == "json":
-        click.echo(json.dumps(result.verdict, indent=2, default=str))
+        # with where the run is kept, as a node's run says it (report, runs)
+        data = {**result.verdict, "run_dir": str(result.run_dir)}
+        click.echo(json.dumps(data, indent=2, default=str))
     else:
         from runbook.render.job_summary import summary_lines
 

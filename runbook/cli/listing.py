@@ -46,10 +46,38 @@ def runbooks(fmt: str) -> None:
         click.echo(f"{row['id']:<{width}}  {what}")
 
 
+def _job_row(path: Path) -> dict[str, Any]:
+    """A job run's directory (`run --job`, `--hosts-from-file`): its job verdict, job.json."""
+    from runbook.jsontext import loads
+
+    row: dict[str, Any] = {"run_dir": str(path), "runbook": None, "node": None,
+                           "started": None, "root_cause": None, "status": "unknown"}  # fmt: skip
+    try:
+        verdict = loads((path / "job.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        row["status"] = "interrupted (a job run is not resumed: run it again)"
+        return row
+    except (ValueError, OSError) as exc:
+        row["status"] = f"unreadable: {exc}"
+        return row
+    job = verdict.get("job") if isinstance(verdict, dict) else None
+    nodes = [str(n.get("node")) for n in verdict.get("nodes") or [] if isinstance(n, dict)]
+    row.update(
+        runbook=verdict.get("runbook") if isinstance(verdict, dict) else None,
+        # the job, and its nodes by the names they were given (as a node's run names its node)
+        node=f"job {(job or {}).get('ref') or '?'} on " + (",".join(nodes) or "no node"),
+        root_cause=verdict.get("root_cause") if isinstance(verdict, dict) else None,
+        status="finished",
+    )
+    return row
+
+
 def _run_row(path: Path) -> dict[str, Any]:
     """One run directory, read as `resume` and `report` read it; what cannot be read is said."""
     from runbook.rundir import events, read_verdict
 
+    if (path / "job.json").exists() or path.parent.name == "jobs":
+        return _job_row(path)
     row: dict[str, Any] = {"run_dir": str(path), "runbook": None, "node": None,
                            "started": None, "root_cause": None, "status": "unknown"}  # fmt: skip
     try:
@@ -78,23 +106,27 @@ def _run_row(path: Path) -> dict[str, Any]:
               help="The newest this many.")  # fmt: skip
 @format_option("text", "json", default="text")
 def runs(root: str | None, limit: int, fmt: str) -> None:
-    """List past run directories, newest first: runbook, node, root cause, whether finished."""
+    """List past run directories, newest first: runbook, node (or job), root cause, whether
+    finished. A node's runs (runs/) and a whole job's (jobs/), together."""
     from runbook.config import state_dir
 
-    base = Path(root) if root else state_dir() / "runs"
-    try:
-        found = sorted((p for p in base.iterdir() if p.is_dir() and not p.is_symlink()),
-                       key=lambda p: p.name, reverse=True)  # fmt: skip
-    except FileNotFoundError:
-        found = []
-    except OSError as exc:
-        raise UsageError(f"cannot list {base}: {exc.strerror or exc}") from None
+    bases = [Path(root)] if root else [state_dir() / "runs", state_dir() / "jobs"]
+    found: list[Path] = []
+    for base in bases:
+        try:
+            found += [p for p in base.iterdir() if p.is_dir() and not p.is_symlink()]
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise UsageError(f"cannot list {base}: {exc.strerror or exc}") from None
+    # every directory's name starts with its UTC start stamp: newest first across both
+    found.sort(key=lambda p: p.name, reverse=True)
     rows = [_run_row(p) for p in found[:limit]]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo(f"no runs in {base}")
+        click.echo(f"no runs in {' or '.join(str(b) for b in bases)}")
         return
     for row in rows:
         parts = [row["run_dir"], row["runbook"] or "-", row["node"] or "-",

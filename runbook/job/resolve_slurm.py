@@ -82,17 +82,27 @@ def select_record(records: Sequence[SlurmJob], job_id: str) -> SlurmJob:
 
 
 def host_entry(
-    host: str, inventory: Sequence[HostEntry], *, user: str, variables: dict[str, Any]
+    host: str,
+    inventory: Sequence[HostEntry],
+    *,
+    user: str,
+    variables: dict[str, Any],
+    user_given: bool = True,
 ) -> HostEntry:
     """The sweep target of a Slurm host: its inventory entry (the same name, else one name the
-    FQDN of the other), else `ssh://USER@HOST:22`; `variables` win over the inventory's."""
+    FQDN of the other), else `ssh://USER@HOST`, reached as `ssh HOST` reaches it: the ssh
+    config's Port (and User, when no --ssh-user was given) apply, never a port 22 written
+    over them; `variables` win over the inventory's."""
     by_name = {e.name: e for e in inventory}
     entry = by_name.get(host) or next(
         (e for e in inventory if e.name.startswith(f"{host}.") or host.startswith(f"{e.name}.")),
         None,
     )
     if entry is None:
-        return HostEntry(host, f"ssh://{user}@{host}:22", variables=dict(variables))
+        return HostEntry(
+            host, f"ssh://{user}@{host}:22", variables=dict(variables),
+            user_given=user_given, port_given=False,
+        )  # fmt: skip
     return dataclasses.replace(entry, name=host, variables={**entry.variables, **variables})
 
 
@@ -118,7 +128,14 @@ def job_spec_from_slurm(
     failed_hosts = expand_hostlist(failed) if failed else []
     variables = {"slurm_job_id": job.ref, "nodes": len(hosts)}
     nodes = tuple(
-        JobNode(h, host_entry(h, inventory, user=user, variables=variables), (None,)) for h in hosts
+        JobNode(
+            h,
+            host_entry(
+                h, inventory, user=user, variables=variables, user_given=ssh_user is not None
+            ),
+            (None,),
+        )
+        for h in hosts
     )
     ranks = tuple(
         RankSpec(

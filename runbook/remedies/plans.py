@@ -212,7 +212,23 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
     else:
         raise PlanError(f"no live node to run on ({target.url}): re-run against the node itself")
     host.setdefault("ansible_python_interpreter", "/usr/bin/python3")
-    return {"all": {"hosts": {name: host}}}
+    key = inventory_name(name)
+    if key != name:
+        host["runbook_node"] = name  # the node as typed, for what the play reports back
+    return {"all": {"hosts": {key: host}}}
+
+
+def inventory_name(name: str) -> str:
+    """The node's name as an inventory host: Ansible reads `host:port` there as an address
+    and port (the play would call the node `10.0.0.5`, dropping the port that tells two
+    nodes apart), so a `:` or brackets become `_`."""
+    return re.sub(r"[:\[\]]", "_", name).strip("_") if re.search(r"[:\[\]]", name) else name
+
+
+def node_names(inventory: Mapping[str, Any]) -> dict[str, str]:
+    """Inventory host → the node as typed (runbook_node), for a play's per-host results."""
+    hosts = ((inventory.get("all") or {}).get("hosts") or {}) if inventory else {}
+    return {str(k): str((v or {}).get("runbook_node") or k) for k, v in hosts.items()}
 
 
 def measured(params: Mapping[str, Any], key: str, what: str) -> float:

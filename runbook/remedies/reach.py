@@ -89,16 +89,27 @@ class Reach:
         return text
 
 
+#: the keys paramiko tries when none is named (`look_for_keys`), in $HOME/.ssh: ssh would look
+#: in the passwd home's instead, so the ones the run could use are named to it
+_DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ed25519", "id_dsa")
+
+
+def _default_keys() -> tuple[Path, ...]:
+    home = Path.home() / ".ssh"
+    return tuple(home / name for name in _DEFAULT_KEYS if (home / name).is_file())
+
+
 def _hop(address: SSHAddress, options: SSHOptions) -> Hop:
     via = None
     if options.jump is not None:
         via = _hop(options.jump, options.jump_options or options)
+    keys = options.identities or _default_keys()
     return Hop(
         host=address.host,
         port=address.port,
         user=address.user,
         known_hosts=str(Path(options.known_hosts).expanduser().resolve()),
-        identities=tuple(str(Path(p).expanduser().resolve()) for p in options.identities),
+        identities=tuple(str(Path(p).expanduser().resolve()) for p in keys),
         key_alias=address.key_alias,
         via=via,
     )

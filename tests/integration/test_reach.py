@@ -195,3 +195,18 @@ def test_approvals_show_names_the_node_its_address_and_the_inventory(
         in shown.stdout
     )
     assert "inventory:" in shown.stdout and f"ansible_port = {NODE_PORT}" in shown.stdout
+
+
+def test_a_default_key_in_home_is_the_key_ssh_is_given(field_node) -> None:  # type: ignore[no-untyped-def]
+    """No IdentityFile, no --identity: the run used $HOME/.ssh/id_ed25519 (paramiko looks
+    there); ssh would look in the passwd home's, so the plan names the key."""
+    config = field_node["home"] / ".ssh" / "config"
+    config.write_text(
+        "\n".join(ln for ln in config.read_text().splitlines() if "IdentityFile" not in ln) + "\n"
+    )
+    host = _planned_host("ssh://gpu-node-01")
+    assert str(field_node["home"] / ".ssh" / "id_ed25519") in host["ansible_ssh_common_args"]
+    done = subprocess.run([*_ssh_argv(host), "hostname"], capture_output=True, text=True,
+                          timeout=30)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "reach-node"

@@ -247,7 +247,9 @@ Each pod of {pods} stands for a privileged node-agent pod on one test host. `exe
 --target 1 … -- CMD` runs CMD on that host over SSH, in the node's namespaces (the test host's
 own); `exec … -- CMD` without nsenter runs CMD in the agent's container: the same host with
 the agent image's PATH only (the node's own tools, such as all_reduce_perf or nvidia-smi, are
-on the node, not in the image). Every call is logged, one JSON argv per line, to {calls}.
+on the node, not in the image). The image's `nsenter` (a double too: the test hosts may not
+enter PID 1) runs what follows its `--` with the node's PATH, as entering the node's mount
+namespace would. Every call is logged, one JSON argv per line, to {calls}.
 Anything but `exec`, or an unknown pod, fails as kubectl does."""
 import json, os, shlex, signal, subprocess, sys
 
@@ -286,7 +288,8 @@ if node is None:
 if command[:1] == ["nsenter"] and "--" in command:
     remote = shlex.join(command[command.index("--") + 1:])
 else:
-    remote = "env -i PATH={image_path} HOME=/root " + shlex.join(command)
+    remote = (f"env -i PATH={image_path} HOME=/root RBK_NODE_PATH={{node['path']}} "
+              + shlex.join(command))
 argv = ["ssh", "-F", "/dev/null", "-i", node["key"], "-o", "IdentitiesOnly=yes",
         "-o", "UserKnownHostsFile=" + node["known_hosts"], "-o", "GlobalKnownHostsFile=/dev/null",
         "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
@@ -312,14 +315,26 @@ def install_kubectl_double(
     table.write_text(json.dumps({
         ref: {"address": host.address, "port": host.port,
               "key": str(network.client_key.private_path),
-              "known_hosts": str(network.known_hosts_path)}
+              "known_hosts": str(network.known_hosts_path), "path": host.session_path}
         for ref, host in pods.items()
     }))  # fmt: skip
+    # the agent image's nsenter: into the node = the node's tools on PATH (see the docstring)
+    image_bin = directory / "agent-image-bin"
+    image_bin.mkdir(exist_ok=True)
+    (image_bin / "nsenter").write_text(
+        "#!/bin/sh\n# test double of nsenter in the node-agent image: the node's PATH, then CMD\n"
+        'while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done\n'
+        '[ "$#" -gt 0 ] && shift\n'
+        'PATH="$RBK_NODE_PATH"; export PATH\n'
+        'exec "$@"\n'
+    )
+    (image_bin / "nsenter").chmod(0o755)
     calls = directory / "kubectl.calls"
     script = directory / "kubectl"
     script.write_text(
         _KUBECTL_DOUBLE.format(
-            python=sys.executable, pods=str(table), calls=str(calls), image_path=STANDARD_PATH
+            python=sys.executable, pods=str(table), calls=str(calls),
+            image_path=f"{image_bin}:{STANDARD_PATH}",
         )
     )
     script.chmod(0o755)

@@ -323,3 +323,40 @@ def test_only_reduce_loader_memory_shows_advice_and_it_is_the_estimates() -> Non
         estimate.from_params(MEMORY_PARAMS)).lines()  # fmt: skip
     with pytest.raises(RunbookError):
         kind.advice_lines({"peak_bytes": "lots"})
+
+
+def test_an_ab_on_a_typed_port_keeps_the_port_in_every_name_it_reports(tmp_path: Path) -> None:
+    """Ansible reads `host:port` in an inventory as an address and a port: the host key loses
+    the `:`, the node's typed name travels beside it, and the comparison comes back under it."""
+    target = Target(url="ssh://root@10.0.0.5:24510", ssh_config="none")
+    ctx = PlanContext(node="10.0.0.5:24510", target=target, variables={},
+                      work_dir=tmp_path / "work")  # fmt: skip
+    plan = kinds.plan_for({"kind": "nccl-ib-disable-ab", "params": {"gpus": "8"}}, ctx)
+    hosts = plan.inventory["all"]["hosts"]
+    assert list(hosts) == ["10.0.0.5_24510"]
+    assert hosts["10.0.0.5_24510"]["runbook_node"] == "10.0.0.5:24510"
+    out = tmp_path / "work" / "ab" / "10.0.0.5_24510"
+    out.mkdir(parents=True)
+    for case in ("ib-enabled", "ib-disabled"):
+        (out / f"{case}.log").write_text("sh: 1: all_reduce_perf: not found\n")
+        (out / f"{case}.rc").write_text("127\n")
+    kind = kinds.find("nccl-ib-disable-ab")
+    assert kind is not None
+    found = kind.after_apply(plan)
+    assert list(found["comparison"]) == ["10.0.0.5:24510"]
+    assert "all_reduce_perf not found on 10.0.0.5:24510" in found["not_run"]
+
+
+def test_an_ab_through_a_node_agent_runs_in_the_nodes_namespaces(tmp_path: Path) -> None:
+    """The walk entered the node with nsenter (a kubectl:// agent, or --nsenter over SSH): the
+    A/B runs there too, its time limit and environment included, not in the agent's container."""
+    wrapper = "nsenter --target 1 --mount --uts --ipc --net --pid --"
+    for target, expected in (
+        (Target(url="kubectl://kube-system/node-agent-x"), wrapper),
+        (Target(url="ssh://root@gpu1", ssh_config="none", nsenter=4242),
+         wrapper.replace("1", "4242", 1)),
+        (Target(url="ssh://root@gpu1", ssh_config="none"), None),
+    ):  # fmt: skip
+        plan = kinds.plan_for({"kind": "nccl-ib-disable-ab", "params": {"gpus": "8"}},
+                              _context(tmp_path, target=target))  # fmt: skip
+        assert plan.extravars.get("nccl_ab_test_wrapper") == expected, target

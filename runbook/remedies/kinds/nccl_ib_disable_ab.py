@@ -26,11 +26,21 @@ class NcclIbDisableAb(KindDefaults):
         params: Mapping[str, Any] = proposal.get("params") or {}
         gpus = int(plans.measured(params, "gpus", "the GPU count"))
         out = ctx.work_dir / "ab"
+        extravars: dict[str, Any] = {"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)}
+        # where the walk entered the node's namespaces (a node agent's pod, --nsenter), the
+        # test runs there too: in the agent's own container there is no all_reduce_perf
+        pid = ctx.target.nsenter or (1 if ctx.target.scheme == "kubectl" else None)
+        if pid is not None:
+            from runbook.transports.nsenter import NAMESPACES
+
+            extravars["nccl_ab_test_wrapper"] = " ".join(
+                ["nsenter", "--target", str(pid), *NAMESPACES, "--"]
+            )
         return Plan(
             playbook=plans.playbook_named(proposal, "nccl-ib-disable-ab.yml"),
             inventory=plans.node_inventory(ctx.node, ctx.target),
             runs_on=plans.runs_on_node(ctx.node, ctx.target),
-            extravars={"nccl_ab_test_gpus": gpus, "nccl_ab_test_output_dir": str(out)},
+            extravars=extravars,
             describe=(
                 f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
                 "NCCL_IB_DISABLE unset and =1 (NCCL_DEBUG=INFO); nothing is left set",
@@ -48,8 +58,12 @@ class NcclIbDisableAb(KindDefaults):
         out = Path(str(extravars.get("nccl_ab_test_output_dir") or extravars["nccl_ab_output_dir"]))
         command = str(extravars.get("nccl_ab_test_command") or ab.COMMAND)
         hosts = [p for p in sorted(out.iterdir()) if p.is_dir()] if out.is_dir() else []
-        comparison = {h.name: ab.compare(ab.read_dir(h), node=h.name, command=command)
-                      for h in hosts}  # fmt: skip
+        # each result under the node's name as typed (`10.0.0.5:24510`, not the inventory key)
+        named = plans.node_names(plan.inventory)
+        comparison = {}
+        for h in hosts:
+            node = named.get(h.name, h.name)
+            comparison[node] = ab.compare(ab.read_dir(h), node=node, command=command)
         found: dict[str, Any] = {"comparison": comparison}
         reason = ab.not_measured(comparison)
         if reason is not None:
