@@ -70,7 +70,8 @@ def test_a_job_whose_cluster_is_out_of_reach_exits_3_as_kubectl_targets_do(cli, 
     kubeconfig.write_text(
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
     )
     env = {"KUBECONFIG": str(kubeconfig)}
     job = cli("run", "nccl-init-failure", "--job", "pytorchjob/ml/llama-ft", "--no-input",
