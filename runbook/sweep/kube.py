@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbook.sweep.inventory import HostEntry, InventoryError
+from runbook.transports.address import HOST_RULE, is_host
 
 
 def _items(data: Any, what: str) -> list[Mapping[str, Any]]:
@@ -56,6 +57,14 @@ def join_nodes_and_agents(
     ):
         name = str((node.get("metadata") or {}).get("name") or "")
         if not name:
+            continue
+        if not is_host(name):
+            # the API's answer names the node: the one host-name check every source passes
+            # (a name reaches reports, proposals and, through an inventory, an ssh config)
+            entries.append(HostEntry(
+                name[:120], f"kubectl://{namespace}/-",
+                problem=f"node name {name[:120]!r} is not {HOST_RULE}", problem_status="error",
+            ))  # fmt: skip
             continue
         candidates = by_node.get(name, [])
         running = sorted(

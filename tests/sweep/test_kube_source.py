@@ -146,3 +146,22 @@ def test_the_join_is_pure_and_prefers_the_newest_running_agent() -> None:
         nodes, {"items": [older, newer]}, namespace="kube-system", agent_selector="app=node-agent"
     )
     assert entry.target == "kubectl://kube-system/a-new" and entry.groups == ("H100",)
+
+
+def test_a_node_name_that_is_no_host_name_is_a_host_error_never_a_target() -> None:
+    """The API's answer is a source of host names like any other (security round 3, item 4):
+    a name a shell or an ssh config's `%h` could expand is that node's error, not a target."""
+    hostile = "gpu-1;touch${IFS}/tmp/x"
+    nodes = {"items": [{"metadata": {"name": hostile}}, {"metadata": {"name": "gpu-2"}}]}
+    pods = {"items": [
+        {"metadata": {"name": f"agent-{i}", "creationTimestamp": "2026-01-01T00:00:00Z"},
+         "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+        for i, node in enumerate((hostile, "gpu-2"))
+    ]}  # fmt: skip
+    entries = {e.name: e for e in join_nodes_and_agents(
+        nodes, pods, namespace="kube-system", agent_selector="app=node-agent")}  # fmt: skip
+    bad = entries[hostile]
+    assert bad.problem and "is not a host name" in bad.problem
+    assert bad.target == "kubectl://kube-system/-"
+    good = entries["gpu-2"]
+    assert good.target == "kubectl://kube-system/agent-1" and not good.problem
