@@ -74,6 +74,11 @@ def _atomic_json(path: Path, data: Any, within: Path | None = None) -> None:
     atomic.write_text(path, text, within=within)
 
 
+def _now_z() -> str:
+    """An event's time: now, UTC, to the microsecond, ending in `Z` as every time in JSON."""
+    return dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+
 class RunDirectory:
     """A run's artifacts: `events.jsonl` (one whole line per event, written at once), `state.json`
     (the conductor, rewritten atomically after every stage), `bundle/` (every piece of evidence,
@@ -110,7 +115,7 @@ class RunDirectory:
 
     def event(self, kind: str, **data: Any) -> None:
         record = redact_data(
-            {"time": dt.datetime.now(dt.timezone.utc).isoformat(), "event": kind, **data}
+            {"time": _now_z(), "event": kind, **data}
         )
         with disk_full_as_error(self.path):
             atomic.append_whole(self._events, (json.dumps(record, default=str) + "\n").encode())

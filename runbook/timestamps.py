@@ -7,8 +7,15 @@ import datetime as dt
 
 
 def now_iso() -> str:
-    """Now, UTC, to the second: `2026-03-04T10:40:00+00:00`."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    """Now, UTC, to the second: `2026-03-04T10:40:00Z` (every time the tool itself writes in
+    JSON ends in `Z`, as the webhooks and the approvals write them)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def parse_iso(text: str) -> dt.datetime:
+    """An ISO 8601 time as the tool writes it (`…Z` or `+00:00`), on every Python this runs on
+    (3.10's fromisoformat does not take `Z`); ValueError when it is not one."""
+    return dt.datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
 
 
 def iso_z(ts: float | None) -> str | None:

@@ -127,7 +127,7 @@ class AuditLog:
                         ) from exc
                 entry: dict[str, Any] = {
                     "seq": seq,
-                    "time": dt.datetime.now(dt.timezone.utc).isoformat(),
+                    "time": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
                     "event": event,
                     "proposal": proposal,
                     "actor": actor,

@@ -47,7 +47,9 @@ def _timestamp(started_at: str) -> str:
     import datetime as dt
 
     try:
-        at = dt.datetime.fromisoformat(started_at)
+        from runbook.timestamps import parse_iso
+
+        at = parse_iso(started_at)
     except ValueError:
         return ""
     if at.tzinfo is not None:
