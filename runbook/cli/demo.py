@@ -89,13 +89,18 @@ def demo(run_dir: str | None, no_input: bool) -> None:
             directory.close()
             transport.close()
     db = shlex.quote(str(cfg.db))
+    from runbook.remedies.approval import Desk
+
+    # the demo's own proposals by their ids: every suggestion below runs as printed
+    with Desk(cfg, readonly=True) as desk:
+        ids = [p.id for p in desk.store.list(states=None)]
     console.print(f"\nrun directory: {root}")
     console.print(
         "\n[bold]next[/]:\n"
         f"  runbook report {shlex.quote(str(root))}            # the incident report (markdown)\n"
         f"  runbook approvals list --db {db}   # the demo's queue\n"
-        f"  runbook approvals show ID --db {db}\n"
-        f"  cat {shlex.quote(str(manifest))}   # the demo's manifest (a fix approved here "
+        + "".join(f"  runbook approvals show {pid} --db {db}\n" for pid in ids)
+        + f"  cat {shlex.quote(str(manifest))}   # the demo's manifest (a fix approved here "
         "patched it)\n"
         "  runbook run nccl-init-failure --target ssh://root@NODE --pod POD --namespace NS"
         "   # a real node",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,16 @@ def test_the_demo_without_a_terminal_lists_the_proposals_and_the_next_commands(
     assert "sizeLimit" not in manifest.read_text()
     assert f"runbook report {tmp_path / 'run'}" in proc.stdout
     assert list(textfiles.iterdir()) == [] and "webhook" not in proc.stderr, proc.stderr
+    # every closing suggestion that names no node of yours runs, as printed, on the demo
+    suggested = [
+        line.split("  #")[0].strip()
+        for line in proc.stdout.split("\nnext:\n", 1)[1].splitlines()
+        if line.strip().startswith("runbook ") and "NODE" not in line
+    ]
+    assert len(suggested) == 4, suggested  # report, list, show × 2
+    for command in suggested:
+        ran = subprocess.run(
+            [sys.executable, "-m", "runbook", *shlex.split(command)[1:]], env=_env(tmp_path),
+            capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert ran.returncode == 0, (command, ran.stderr)
