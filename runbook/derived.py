@@ -314,3 +314,209 @@ _P2P_WARN = re.compile(r"(?i)peer access|peer mapping|P2P|cudaIpc|IPC handle", r
 def p2p_warns(facts: Facts, variables: Variables) -> list[Any]:
     """NCCL's WARNs about GPU peer access, peer mappings, P2P or CUDA IPC (a list of them)."""
     return _matching(_section(facts, "nccl_log").get("warns"), "message", _P2P_WARN)
+
+
+# -- OOM attribution (rank-lifecycle, kernel-logs) -----------------------------------------------
+#
+# These read lists of records (the journal's and the kernel's OOM events) item by item, the way
+# the runbook's expressions did: a key an item lacks, or an item that is no mapping, is absent
+# (empty text to a pattern, in no list of facts, equal to no fact); a key that holds none matches no
+# pattern.
+
+#: a key an item does not hold, or an item that is no mapping
+_ABSENT: Any = object()
+
+#: a container id as pod.json gives it (`containerd://<64 hex>`), or a sanitized placeholder
+_CONTAINER_ID = re.compile(r"[0-9a-f]{64}|<CONTAINER_ID_[0-9]+>", re.MULTILINE)
+
+#: a path less its trailing slashes (of its first line)
+_LESS_TRAILING_SLASHES = re.compile(r"^.*?(?=/*$)", re.MULTILINE)
+
+
+def _attr(item: Any, key: str) -> Any:
+    """`item[key]`, or _ABSENT where `item` is no mapping or does not hold `key`."""
+    return item.get(key, _ABSENT) if isinstance(item, Mapping) else _ABSENT
+
+
+def _items(value: Any) -> list[Any]:
+    """A list fact's items; none where the node gave no list."""
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _found_by(value: Any, pattern: str) -> bool:
+    """`pattern` finds `value` (an item's key): none never, an absent key as empty text."""
+    if value is None:
+        return False
+    return re.search(pattern, "" if value is _ABSENT else str(value), re.MULTILINE) is not None
+
+
+def _job_pids(facts: Facts) -> list[Any]:
+    """The pids the job's logs name (none when they name none)."""
+    return _items(_section(facts, "applog").get("pids"))
+
+
+@_derived
+def pod_container_ids(facts: Facts, variables: Variables) -> list[str]:
+    """The ids of the pod's containers (64 hex digits, or a sanitized `<CONTAINER_ID_N>`), as
+    pod.json names them; none when pod.json was not read."""
+    pod = _section(facts, "kube", "pod")
+    if not pod.get("uid"):
+        return []
+    ids: list[str] = []
+    for container in _items(pod.get("containers")):
+        cid = _attr(container, "container_id")
+        found = _CONTAINER_ID.search("" if cid is _ABSENT else str(cid))
+        if found:
+            ids.append(found.group(0))
+    return ids
+
+
+def _journal_ooms(facts: Facts) -> tuple[Any, list[Any]]:
+    """The pod's UID and containerd's/kubelet's OOM events, or (None, []) when either is
+    missing."""
+    uid = _section(facts, "kube", "pod").get("uid")
+    events = _items(_section(facts, "journal").get("oom_events"))
+    return (uid, events) if uid and events else (None, [])
+
+
+@_derived
+def journal_ooms_mine(facts: Facts, variables: Variables) -> list[Any]:
+    """containerd's and kubelet's OOM events of this pod: those of its containers (by id), else
+    those that name its UID; none when pod.json was not read."""
+    uid, events = _journal_ooms(facts)
+    if not events:
+        return []
+    ids = pod_container_ids(facts, variables)
+    by_container = [e for e in events if _attr(e, "container_id") in ids]
+    return by_container or [e for e in events if _attr(e, "pod_uid") == uid]
+
+
+@_derived
+def journal_ooms_other(facts: Facts, variables: Variables) -> list[Any]:
+    """containerd's and kubelet's OOM events of other pods: neither of this pod's containers
+    nor naming its UID; none when pod.json was not read."""
+    uid, events = _journal_ooms(facts)
+    if not events:
+        return []
+    ids = pod_container_ids(facts, variables)
+    return [e for e in events if _attr(e, "container_id") not in ids and _attr(e, "pod_uid") != uid]
+
+
+@_derived
+def job_cgroup(facts: Facts, variables: Variables) -> str:
+    """The job's memory cgroup as a pattern over the kernel's memcg paths: from `--cgroup DIR`
+    (`/sys/fs/cgroup/memory/<path>` on v1 and `/sys/fs/cgroup/<path>` on v2 both mean
+    `^/<path>`, or a child of it), else from pod.json's UID (`pod<uid>`, or the systemd
+    `pod<uid_with_underscores>`); "" when neither is known."""
+    cgroup_dir = variables.get("cgroup_dir")
+    if cgroup_dir:
+        text = str(cgroup_dir)
+        less = _LESS_TRAILING_SLASHES.search(text)  # it always matches
+        path = (less.group(0) if less else text).replace("/sys/fs/cgroup/memory/", "/")
+        return "^" + path.replace("/sys/fs/cgroup/", "/") + "(/|$)"
+    uid = _section(facts, "kube", "pod").get("uid")
+    return "pod" + str(uid).replace("-", "[-_]") if uid else ""
+
+
+def _memcg_ooms(facts: Facts) -> list[Any]:
+    return _items(_section(facts, "dmesg").get("memcg_ooms"))
+
+
+def _global_ooms(facts: Facts) -> list[Any]:
+    return _items(_section(facts, "dmesg").get("global_ooms"))
+
+
+@_derived
+def job_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """The kernel's memory-cgroup OOM kills that count against the job: the limit hit was the
+    job's cgroup (`job_cgroup`), then those where only the killed task was in it; none when
+    the job's cgroup is not known."""
+    cgroup = job_cgroup(facts, variables)
+    ooms = _memcg_ooms(facts)
+    if not (cgroup and ooms):
+        return []
+    by_limit = [o for o in ooms if _found_by(_attr(o, "memcg"), cgroup)]
+    by_task = [
+        o
+        for o in ooms
+        if not _found_by(_attr(o, "memcg"), cgroup) and _found_by(_attr(o, "task_memcg"), cgroup)
+    ]
+    return by_limit + by_task
+
+
+@_derived
+def foreign_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """The kernel's memory-cgroup OOM kills of other workloads: neither the limit hit nor the
+    killed task in the job's cgroup; none when the job's cgroup is not known."""
+    cgroup = job_cgroup(facts, variables)
+    ooms = _memcg_ooms(facts)
+    if not (cgroup and ooms):
+        return []
+    return [
+        o
+        for o in ooms
+        if not _found_by(_attr(o, "memcg"), cgroup)
+        and not _found_by(_attr(o, "task_memcg"), cgroup)
+    ]
+
+
+@_derived
+def unattributed_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """With no job cgroup known, the memory-cgroup OOM kills of a pid the job's logs do not
+    name; none when the job's cgroup is known."""
+    ooms = _memcg_ooms(facts)
+    if job_cgroup(facts, variables) or not ooms:
+        return []
+    pids = _job_pids(facts)
+    return [o for o in ooms if _attr(o, "killed_pid") not in pids]
+
+
+@_derived
+def pid_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """With no job cgroup known, the OOM kills (memory-cgroup, then global) of a pid the job's
+    logs name: the job's; none when the job's cgroup is known or its logs name no pid."""
+    pids = _job_pids(facts)
+    if job_cgroup(facts, variables) or not pids:
+        return []
+    ooms = _memcg_ooms(facts) + _global_ooms(facts)
+    return [o for o in ooms if _attr(o, "killed_pid") in pids]
+
+
+@_derived
+def job_global_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """The global (whole-node) OOM kills that count against the job: those that killed a task
+    in its cgroup, or, with no cgroup known, all of them when the launcher reports a rank
+    SIGKILLed."""
+    ooms = _global_ooms(facts)
+    if not ooms:
+        return []
+    cgroup = job_cgroup(facts, variables)
+    if cgroup:
+        return [o for o in ooms if _found_by(_attr(o, "task_memcg"), cgroup)]
+    return ooms if _section(facts, "applog").get("killed") else []
+
+
+@_derived
+def unattributed_global_ooms(facts: Facts, variables: Variables) -> list[Any]:
+    """With no job cgroup known and no global OOM kill counted against the job, the global OOM
+    kills of a pid the job's logs do not name."""
+    ooms = _global_ooms(facts)
+    if not ooms or job_cgroup(facts, variables) or job_global_ooms(facts, variables):
+        return []
+    pids = _job_pids(facts)
+    return [o for o in ooms if _attr(o, "killed_pid") not in pids]
+
+
+#: the kernel log's GPU fault records, in the order they are listed
+_GPU_FAULT_RECORDS = ("drain_xids", "fallen_off_bus", "gpu_fault_xids", "nvswitch_faults")
+
+
+@_derived
+def gpu_faults(facts: Facts, variables: Variables) -> list[Any]:
+    """Every kernel log line that shows a GPU fault (what rules gpu-hardware in or out): Xids
+    that ask for a drain, a GPU fallen off the bus, GPU-fault Xids, NVSwitch faults; none when
+    the kernel log was not read."""
+    dmesg = _section(facts, "dmesg")
+    if not dmesg.get("collected"):
+        return []
+    return [fault for key in _GPU_FAULT_RECORDS for fault in _items(dmesg.get(key))]
