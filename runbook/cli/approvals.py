@@ -64,9 +64,14 @@ def task_printer(console: Console) -> Any:
     return show
 
 
-def print_diff(console: Console, diff: str) -> None:
+def print_diff(console: Console, diff: str, *, ok: bool = True) -> None:
+    """The check run's diff; with no diff, "no change" only from a check run that passed (a
+    failed one may have stopped before anything it would change)."""
     if not diff.strip():
-        console.print("  (the check run reports no change)")
+        console.print(
+            "  (the check run reports no change)" if ok
+            else "  (no diff: the check run failed before reporting what would change)"
+        )
         return
     for line in diff.splitlines():
         style = (
@@ -270,7 +275,7 @@ def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
         click.echo(json.dumps({"id": pid, "ok": result.ok, "check": result.as_dict()},
                               indent=2, default=str))
     else:
-        print_diff(console, result.diff_text())
+        print_diff(console, result.diff_text(), ok=result.ok)
     if not result.ok:
         raise click.exceptions.Exit(1)
 
@@ -642,7 +647,7 @@ class _Prompts:
             console.print(f"  [red]check run could not start:[/] {escape(str(exc))}")
             return None
         console.print("  [bold]what would change:[/]")
-        print_diff(console, preview.diff_text())
+        print_diff(console, preview.diff_text(), ok=preview.ok)
         return preview
 
     def _ask(self, p: QueuedProposal, preview: PlaybookResult | None) -> str:
