@@ -163,7 +163,7 @@ def test_ansible_doc_renders_the_module_and_roles_from_the_installed_collection(
     assert role.returncode == 0, role.stderr
     options = json.loads(role.stdout)[f"{FQCN}.nccl_ab_test"]["entry_points"]["main"]["options"]
     assert sorted(options) == [f"nccl_ab_test_{v}" for v in
-                               ("args", "command", "gpus", "output_dir", "timeout")]
+                               ("args", "command", "gpus", "output_dir", "timeout", "wrapper")]
 
 
 COLLECT_PLAYBOOK = f"""\

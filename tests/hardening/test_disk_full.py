@@ -241,9 +241,10 @@ def test_an_audit_log_on_a_full_disk_never_ends_in_half_an_entry(
 
     disks.fill(disks.full)
     # an entry longer than a page: whatever room the log's last page has, it cannot take it
-    # whole, and a plain write() would store the part that fits
-    env["LOGNAME"] = "sre-" + "x" * 5000
-    second = disks.cli(_replay(XID), env, tmp_path / "2")
+    # whole, and a plain write() would store the part that fits (the entry names the run's
+    # directory: a long one; the approver is the OS user now, never a long LOGNAME)
+    deep = tmp_path / "2" / "/".join(["r" * 200] * 17)
+    second = disks.cli(_replay(XID, "--run-dir", str(deep)), env, tmp_path / "2")
     assert second.rc == 2
     line = last_line_error(second)
     assert f"no space left on {audit.parent}" in line, line
