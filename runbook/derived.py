@@ -520,3 +520,61 @@ def gpu_faults(facts: Facts, variables: Variables) -> list[Any]:
     if not dmesg.get("collected"):
         return []
     return [fault for key in _GPU_FAULT_RECORDS for fault in _items(dmesg.get(key))]
+
+
+# -- selections the rules check and their messages quote -------------------------------------------
+
+
+def _where(items: Any, key: str, equals: Any = None) -> list[Any]:
+    """The items (mappings) whose `key` is truthy, or equal to `equals` when given: what
+    Jinja's `selectattr(key)` / `selectattr(key, 'equalto', value)` selected, an absent key
+    being false."""
+    chosen = []
+    for item in _items(items):
+        value = item.get(key) if isinstance(item, Mapping) else None
+        if (value == equals) if equals is not None else bool(value):
+            chosen.append(item)
+    return chosen
+
+
+@_derived
+def nccl_ib_missing_context(facts: Facts, variables: Variables) -> list[Any]:
+    """The application log's context lines where NCCL said it found no IB device (it then
+    uses sockets: context, not a fault, for a job on one node)."""
+    return _where(_section(facts, "applog").get("context"), "signature", "nccl-ib-missing")
+
+
+@_derived
+def sigkilled_containers(facts: Facts, variables: Variables) -> list[Any]:
+    """The pod's containers killed with SIGKILL (exit 137): an OOM kill whose TaskOOM event was
+    lost looks like this."""
+    return _where(_section(facts, "kube", "pod").get("containers"), "sigkilled")
+
+
+@_derived
+def pinning_alloc_failures(facts: Facts, variables: Variables) -> list[Any]:
+    """The kernel's page allocation failures inside the NVIDIA driver's os_lock_user_pages
+    (pinning host memory for the GPU)."""
+    return _where(_section(facts, "dmesg").get("page_alloc_failures"), "nvidia_pinning")
+
+
+@_derived
+def other_alloc_failures(facts: Facts, variables: Variables) -> list[Any]:
+    """The kernel's page allocation failures outside the NVIDIA driver (fragmentation or
+    pressure, not attributed to the pod)."""
+    pinning = pinning_alloc_failures(facts, variables)
+    failures = _items(_section(facts, "dmesg").get("page_alloc_failures"))
+    return [f for f in failures if not any(f is p for p in pinning)]
+
+
+@_derived
+def sized_pin_failures(facts: Facts, variables: Variables) -> list[Any]:
+    """The NVIDIA driver's failures to pin host memory whose size it logged."""
+    return _where(_section(facts, "dmesg").get("pin_failures"), "bytes")
+
+
+@_derived
+def application_xids(facts: Facts, variables: Variables) -> list[Any]:
+    """The Xids NVIDIA classes as the application's own fault (a bad address, an illegal
+    instruction): a job fault, never a reason to drain."""
+    return _where(_section(facts, "dmesg").get("xids"), "category", "application")
