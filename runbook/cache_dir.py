@@ -168,6 +168,15 @@ def held(path: Path, what: str) -> int | None:
         return None
 
 
+def _mine(info: os.stat_result, forbidden: int) -> bool:
+    """A regular file of this user's with none of the `forbidden` mode bits."""
+    return (
+        stat.S_ISREG(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not stat.S_IMODE(info.st_mode) & forbidden
+    )
+
+
 def read_own(directory: int, name: str, limit: int) -> bytes | None:
     """The bytes of `name` in `directory` when it is a regular file of this user that no one
     else may write, of at most `limit` bytes; None when it is missing or not."""
@@ -177,12 +186,7 @@ def read_own(directory: int, name: str, limit: int) -> bytes | None:
         return None
     try:
         info = os.fstat(fd)
-        if (
-            not stat.S_ISREG(info.st_mode)
-            or info.st_uid != os.geteuid()
-            or stat.S_IMODE(info.st_mode) & _OTHERS_WRITE
-            or info.st_size > limit
-        ):
+        if not _mine(info, _OTHERS_WRITE) or info.st_size > limit:
             log.debug("cache file %s: not this user's alone; not used", name)
             return None
         chunks = []
@@ -237,12 +241,7 @@ def key(directory: int) -> bytes | None:
             return None
         try:
             info = os.fstat(fd)
-            if (
-                not stat.S_ISREG(info.st_mode)
-                or info.st_uid != os.geteuid()
-                or stat.S_IMODE(info.st_mode) & 0o077
-                or info.st_size != _KEY_BYTES
-            ):
+            if not _mine(info, 0o077) or info.st_size != _KEY_BYTES:
                 log.debug("cache key: not a 0600 file of this user's; no cache")
                 return None
             data = os.read(fd, _KEY_BYTES + 1)

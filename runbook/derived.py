@@ -266,7 +266,7 @@ def driver_state(exit_code: int | None, said: str) -> str | None:
 
 
 #: labels GPU feature discovery / the GPU operator put on a GPU node
-_GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
+GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
 
 
 def _gpu_node(facts: Facts) -> str:
@@ -275,7 +275,7 @@ def _gpu_node(facts: Facts) -> str:
     if on_pci:
         return f"{int(on_pci)} NVIDIA GPU(s) on the PCI bus"
     labels = _section(facts, "kube", "node", "labels")
-    label = next((k for k in _GPU_LABELS if str(labels.get(k, "")).lower() == "true"), None)
+    label = next((k for k in GPU_LABELS if str(labels.get(k, "")).lower() == "true"), None)
     return f"labelled {label}" if label else ""
 
 

@@ -48,11 +48,8 @@ HARDWARE_CAUSES = kinds.drain_root_causes()
 #: the stages that read the GPUs (nvidia-smi, lspci) and the node object (its labels)
 GPU_STAGE = "gpu-pcie"
 NODE_STAGE = "rank-lifecycle"
-#: how nvidia-smi says the driver is not there to answer: (its words, or its exit code) and
-#: what that means of the driver, most specific first
-_DRIVER_STATES = derived.DRIVER_STATES
-#: labels GPU feature discovery / the GPU operator put on a GPU node
-_GPU_LABELS = ("nvidia.com/gpu.present", "nvidia.com/gpu.deploy.driver")
+#: labels GPU feature discovery / the GPU operator put on a GPU node (the derived facts' own)
+_GPU_LABELS = derived.GPU_LABELS
 
 
 @dataclass(frozen=True)
@@ -99,10 +96,9 @@ def gpu_driver_problem(verdict: Verdict) -> tuple[str, str] | None:
     said = " ".join(
         str(e.get("text") or "") for e in smi.get("exit_evidence") or () if isinstance(e, Mapping)
     )
-    for words, exit_code, state in _DRIVER_STATES:
-        if words.search(said) or (exit_code is not None and code == exit_code):
-            return state, f"nvidia-smi exit {code}"
-    return None
+    # the one table of what nvidia-smi says of the driver (runbook/derived.py)
+    state = derived.driver_state(code if isinstance(code, int) else None, said)
+    return (state, f"nvidia-smi exit {code}") if state is not None else None
 
 
 def gpu_node(verdict: Verdict) -> tuple[bool | None, str]:

@@ -137,11 +137,11 @@ class TargetSpec:
         """The target as the approval store keeps it (to re-check the node, and for Ansible):
         absolute paths, never a key's contents."""
         from runbook.remedies.plans import Target
-        from runbook.targets import recorded_config_path
+        from runbook.targets import effective_config_path
 
         return Target(
             url=self.url,
-            ssh_config=recorded_config_path(self.ssh_config),
+            ssh_config=effective_config_path(self.ssh_config),
             identities=tuple(str(Path(p).resolve()) for p in self.identities),
             known_hosts=str(Path(self.known_hosts).resolve()) if self.known_hosts else None,
             jump=self.jump,
@@ -542,12 +542,12 @@ def collect(target: TargetSpec, runbook_ref: str, variables: Mapping[str, Any]) 
 def ssh_config_options(given: str | None) -> dict[str, Any]:
     """HostOptions' ssh_config (read once for every host) and ssh_config_file (recorded with
     proposals)."""
-    from runbook.targets import config_path, recorded_config_path
+    from runbook.targets import config_path, effective_config_path
     from runbook.transports import ssh_config as ssh_config_mod
 
     return {
         "ssh_config": ssh_config_mod.load(config_path(given)),
-        "ssh_config_file": recorded_config_path(given),
+        "ssh_config_file": effective_config_path(given),
     }
 
 

@@ -40,7 +40,8 @@ def config_path(given: str | None) -> str | None:
 
 def effective_config_path(given: str | None) -> str:
     """The ssh config file a name is resolved with, as `ssh -F` takes it: an absolute path, or
-    `none` when no file applies (the default ~/.ssh/config, $HOME's, absent)."""
+    `none` when no file applies (the default ~/.ssh/config, $HOME's, absent). What a run and
+    a proposal record, to be read again later from anywhere (another shell, another $HOME)."""
     path = config_path(given)
     if path is not None and path.lower() == "none":
         return "none"
@@ -50,12 +51,6 @@ def effective_config_path(given: str | None) -> str:
         default = DEFAULT_PATH.expanduser()
         return str(default.resolve()) if default.exists() else "none"
     return str(Path(path).expanduser().resolve())
-
-
-def recorded_config_path(given: str | None) -> str | None:
-    """The ssh config as a run or a proposal records it, to be read again later from anywhere
-    (another shell, another $HOME): the file the run read, absolute, or `none`."""
-    return effective_config_path(given)
 
 
 def scheme_of(target: str) -> str:

@@ -613,11 +613,12 @@ class _Prompts:
             self.decided(p.id, p.state)  # decided elsewhere meanwhile (`runbook approvals …`)
             return
         if not self.interactive:
-            from runbook.cli.verify_offer import approvals_command
+            from runbook.cli.verify_offer import approvals_commands
 
             # whole commands, each one that runs as printed (the store named when not default)
-            console.print(f"  queued: {escape(approvals_command(self.desk, 'show', p.id))}")
-            console.print(f"          {escape(approvals_command(self.desk, 'approve', p.id))}")
+            show, approve = approvals_commands(self.desk, p.id, "show", "approve")
+            console.print(f"  queued: {escape(show)}")
+            console.print(f"          {escape(approve)}")
             return
         if item.plan is None:
             console.print(f"  left in the queue as {p.id}: it cannot run as it is")

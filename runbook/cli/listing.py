@@ -46,12 +46,16 @@ def runbooks(fmt: str) -> None:
         click.echo(f"{row['id']:<{width}}  {what}")
 
 
+def _row(path: Path) -> dict[str, Any]:
+    return {"run_dir": str(path), "runbook": None, "node": None, "started": None,
+            "root_cause": None, "status": "unknown"}  # fmt: skip
+
+
 def _job_row(path: Path) -> dict[str, Any]:
     """A job run's directory (`run --job`, `--hosts-from-file`): its job verdict, job.json."""
     from runbook.jsontext import loads
 
-    row: dict[str, Any] = {"run_dir": str(path), "runbook": None, "node": None,
-                           "started": None, "root_cause": None, "status": "unknown"}  # fmt: skip
+    row = _row(path)
     try:
         verdict = loads((path / "job.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -60,13 +64,16 @@ def _job_row(path: Path) -> dict[str, Any]:
     except (ValueError, OSError) as exc:
         row["status"] = f"unreadable: {exc}"
         return row
-    job = verdict.get("job") if isinstance(verdict, dict) else None
+    if not isinstance(verdict, dict):
+        row["status"] = "unreadable: job.json is not a job verdict"
+        return row
+    job: dict[str, Any] = verdict["job"] if isinstance(verdict.get("job"), dict) else {}
     nodes = [str(n.get("node")) for n in verdict.get("nodes") or [] if isinstance(n, dict)]
     row.update(
-        runbook=verdict.get("runbook") if isinstance(verdict, dict) else None,
+        runbook=verdict.get("runbook"),
         # the job, and its nodes by the names they were given (as a node's run names its node)
-        node=f"job {(job or {}).get('ref') or '?'} on " + (",".join(nodes) or "no node"),
-        root_cause=verdict.get("root_cause") if isinstance(verdict, dict) else None,
+        node=f"job {job.get('ref') or '?'} on " + (",".join(nodes) or "no node"),
+        root_cause=verdict.get("root_cause"),
         status="finished",
     )
     return row
@@ -78,8 +85,7 @@ def _run_row(path: Path) -> dict[str, Any]:
 
     if (path / "job.json").exists() or path.parent.name == "jobs":
         return _job_row(path)
-    row: dict[str, Any] = {"run_dir": str(path), "runbook": None, "node": None,
-                           "started": None, "root_cause": None, "status": "unknown"}  # fmt: skip
+    row = _row(path)
     try:
         started = next((e for e in events(path) if e.get("event") == "run-started"), None)
         verdict = read_verdict(path)

@@ -102,7 +102,7 @@ def run(
     from runbook.session import RunOptions, TargetSpec, start_run
 
     job_kw = {key: kw.pop(key) for key in JOB_KEYS}
-    context = {flag: kw.pop(flag) for flag, _ in JOB_CONTEXT_VARS}
+    context = {name: kw.pop(name) for name in JOB_CONTEXT_VARS}
     if job_kw["job"] or job_kw["hosts_from_file"]:
         if target:
             raise UsageError("give --target for one node, or --job/--hosts-from-file for a job")

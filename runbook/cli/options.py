@@ -63,8 +63,8 @@ def var_option(help: str = "Set a runbook variable (repeatable).") -> Callable[[
     return click.option("--var", "var_items", multiple=True, metavar="NAME=VALUE", help=help)
 
 
-#: the job-context flags (job_context_options) and the runbook variables they set
-JOB_CONTEXT_VARS = (("pod", "pod"), ("namespace", "namespace"), ("cgroup_dir", "cgroup_dir"))
+#: the job-context flags (job_context_options): each sets the runbook variable of its name
+JOB_CONTEXT_VARS = ("pod", "namespace", "cgroup_dir")
 
 
 def job_context_options(func: F) -> F:
@@ -84,8 +84,8 @@ def job_context_options(func: F) -> F:
 def apply_job_context(variables: dict[str, Any], flags: dict[str, Any]) -> dict[str, Any]:
     """`variables` with what the job-context flags gave (popped from `flags`); a flag wins
     over the same --var."""
-    for flag, name in JOB_CONTEXT_VARS:
-        value = flags.pop(flag, None)
+    for name in JOB_CONTEXT_VARS:
+        value = flags.pop(name, None)
         if value is not None:
             variables[name] = value
     return variables

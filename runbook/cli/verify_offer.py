@@ -40,9 +40,11 @@ def store_args(desk: Desk) -> list[str]:
     return []
 
 
-def approvals_command(desk: Desk, verb: str, pid: str) -> str:
-    """`runbook approvals VERB ID`, with the store named when it is not the default one."""
-    return shlex.join(["runbook", "approvals", verb, pid, *store_args(desk)])
+def approvals_commands(desk: Desk, pid: str, *verbs: str) -> list[str]:
+    """`runbook approvals VERB ID` for each verb, with the store named when it is not the
+    default one (the configuration read once for them all)."""
+    store = store_args(desk)
+    return [shlex.join(["runbook", "approvals", verb, pid, *store]) for verb in verbs]
 
 
 def verify_command(desk: Desk, proposal: QueuedProposal, *, target: str | None = None) -> str:

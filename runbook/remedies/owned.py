@@ -35,32 +35,28 @@ def _why_not(st: os.stat_result, *, directory: bool) -> str | None:
     return None
 
 
-def check_dir(path: Path, what: str) -> None:
-    """Refuse `path` (a directory holding `what`) unless only this user or root can write it."""
+def _check(path: Path, said: str, *, directory: bool) -> None:
+    """Refuse `path` (absent is fine) unless only this user or root can write it; `said`
+    names it in the error."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    why = _why_not(st, directory=True)
+    why = _why_not(st, directory=directory)
     if why:
         raise NotOwnedError(
-            f"{what}: its directory {path} {why}; refusing to use it (another user could "
-            "rewrite what is approved there)"
+            f"{said} {why}; refusing to use it (another user could rewrite what is approved there)"
         )
+
+
+def check_dir(path: Path, what: str) -> None:
+    """Refuse `path` (a directory holding `what`) unless only this user or root can write it."""
+    _check(path, f"{what}: its directory {path}", directory=True)
 
 
 def check_file(path: Path, what: str) -> None:
     """Refuse the file `path` (absent is fine) unless only this user or root can write it."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    why = _why_not(st, directory=False)
-    if why:
-        raise NotOwnedError(
-            f"{what} {path} {why}; refusing to use it (another user could rewrite what is "
-            "approved there)"
-        )
+    _check(path, f"{what} {path}", directory=False)
 
 
 def check_fd(fd: int, path: Path, what: str) -> None:

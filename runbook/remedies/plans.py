@@ -153,6 +153,17 @@ def localhost_inventory() -> dict[str, Any]:
 RUNS_HERE = "this machine (localhost): the change goes through kubectl or the manifest file"
 
 
+def node_plan(name: str, target: Target) -> tuple[dict[str, Any], str]:
+    """The one-host inventory for the node the run was on, and where it runs said for the
+    approver, from one resolution of the target (node_inventory, runs_on_node)."""
+    if target.scheme == "ssh":
+        from runbook.remedies import reach
+
+        reached = reach.resolve(target)
+        return _inventory_of(name, reach.ansible_host_vars(reached)), reached.describe()
+    return node_inventory(name, target), runs_on_node(name, target)
+
+
 def runs_on_node(name: str, target: Target) -> str:
     """Where node_inventory(name, target) runs, for the approver: the node's name and the
     address it resolves to (user@host:port, the jump hosts)."""
@@ -211,6 +222,10 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
             host["ansible_kubectl_context"] = target.kube_context
     else:
         raise PlanError(f"no live node to run on ({target.url}): re-run against the node itself")
+    return _inventory_of(name, host)
+
+
+def _inventory_of(name: str, host: dict[str, Any]) -> dict[str, Any]:
     host.setdefault("ansible_python_interpreter", "/usr/bin/python3")
     key = inventory_name(name)
     if key != name:

@@ -118,7 +118,7 @@ def _hop(address: SSHAddress, options: SSHOptions) -> Hop:
 def resolve(target: Target) -> Reach:
     """The `ssh://` target as the run resolved it (same config file, keys, known_hosts and
     jump flags). UsageError when the name or the config is bad."""
-    from runbook.targets import config_path, effective_config_path
+    from runbook.targets import effective_config_path
     from runbook.transports import ssh_config
     from runbook.transports.address import split_address
 
@@ -126,7 +126,7 @@ def resolve(target: Target) -> Reach:
     config_file = effective_config_path(target.ssh_config)
     address, options = ssh_config.resolve(
         rest,
-        ssh_config.load(config_path(target.ssh_config) if config_file != "none" else "none"),
+        ssh_config.load(config_file),
         ssh_config.Given(
             identities=tuple(Path(p) for p in target.identities),
             known_hosts=Path(target.known_hosts) if target.known_hosts else None,

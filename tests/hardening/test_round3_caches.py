@@ -23,6 +23,7 @@ import pytest
 
 from runbook import dataclass_cache, template_cache, templating
 from tests.hardening.other_user import OtherUser, another_user
+from tests.unit.test_template_cache import forget_compiled
 
 REPO = Path(__file__).resolve().parents[2]
 BUNDLE = REPO / "tests" / "bundles" / "gpu-memory-oom"
@@ -47,20 +48,6 @@ def _forged_code(marker: Path) -> bytes:
     return marshal.dumps(compile(f"import os\nos.system('id -u > {marker}')\n", "<f>", "exec"))
 
 
-def _forget_compiled() -> None:
-    """A new walk's view of the templates (nothing compiled in memory), with the cache this
-    process already opened kept as it is."""
-    for cached in (
-        templating._command_template,
-        templating._text_template,
-        templating._expression,
-        templating.check_template,
-        templating.check_expression,
-    ):
-        cached.cache_clear()
-    templating._PARSED.clear()
-
-
 @pytest.fixture
 def other_user() -> Iterator[OtherUser]:
     """Another real account: the attacker (tests/hardening/other_user.py)."""
@@ -72,10 +59,10 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
     """This process's cache in a fresh directory of root's (0700)."""
     monkeypatch.setenv("RUNBOOK_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("RUNBOOK_NO_CACHE", raising=False)
-    _forget_compiled()
+    forget_compiled()
     template_cache.reset()
     yield tmp_path / "cache"
-    _forget_compiled()
+    forget_compiled()
     template_cache.reset()
 
 
@@ -128,7 +115,7 @@ def test_a_templates_directory_swapped_for_a_link_after_it_was_opened_is_never_r
         (forged / name).chmod(0o600)
     templates.rename(own_cache / "moved")
     templates.symlink_to(forged)
-    _forget_compiled()
+    forget_compiled()
     assert templating.render_text(SOURCE, {"n": 4, "node": "gpu-8"}) == "4 ranks on gpu-8"
     assert not marker.exists(), f"forged code ran as uid {marker.read_text().strip()}"
 
@@ -269,7 +256,7 @@ def test_a_file_this_user_did_not_seal_is_never_run(own_cache: Path, tmp_path: P
         path.write_bytes(_bomb(marker))
         path.chmod(0o600)
     template_cache.reset()
-    _forget_compiled()
+    forget_compiled()
     assert templating.render_text(SOURCE, {"n": 4, "node": "gpu-8"}) == "4 ranks on gpu-8"
     assert not marker.exists(), f"forged code ran as uid {marker.read_text().strip()}"
     # the dataclasses' file, in the same directory, the same way

@@ -11,20 +11,14 @@ import os
 import pwd
 from pathlib import Path
 
-from tests.integration.test_approvals import JOB
-from tests.tools import bundles
+from tests.integration.test_script_output import queued
 
-BUNDLE = bundles.path("shm-exhausted")
 NOBODY = pwd.getpwnam("nobody").pw_uid
 
 
 def _queue(cli, where: Path) -> str:  # type: ignore[no-untyped-def]
-    manifest = where / "job.yaml"
-    manifest.write_text(JOB)
-    db = where / "approvals.db"
-    run = cli("run", "nccl-init-failure", "--target", f"replay://{BUNDLE}", "--no-input",
-              "--var", f"manifest={manifest}", "--db", str(db), "--format", "json")  # fmt: skip
-    assert run.rc == 0, run.stderr
+    """The shm-exhausted incident replayed into a store in `where`; its first proposal's id."""
+    db, _ = queued(cli, where)
     listed = cli("approvals", "list", "--db", str(db), "--format", "json")
     return str(listed.json()[0]["id"])
 

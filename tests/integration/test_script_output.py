@@ -20,7 +20,9 @@ BUNDLE = bundles.path("shm-exhausted")
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 
-def _queued(cli, tmp_path: Path) -> tuple[Path, dict]:  # type: ignore[no-untyped-def,type-arg]
+def queued(cli, tmp_path: Path) -> tuple[Path, dict]:  # type: ignore[no-untyped-def,type-arg]
+    """The shm-exhausted incident replayed by `run` into a store in `tmp_path` (its proposals
+    queued against a manifest there): the store and the run's JSON."""
     manifest = tmp_path / "job.yaml"
     manifest.write_text(JOB)
     db = tmp_path / "approvals.db"
@@ -31,7 +33,7 @@ def _queued(cli, tmp_path: Path) -> tuple[Path, dict]:  # type: ignore[no-untype
 
 
 def test_run_json_names_its_run_directory_for_resume_and_report(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    _, verdict = _queued(cli, tmp_path)
+    _, verdict = queued(cli, tmp_path)
     run_dir = Path(verdict["run_dir"])
     assert (run_dir / "run.json").is_file() and (run_dir / "verdict.json").is_file()
     assert verdict["root_cause"] == "shm-exhausted"  # the verdict is all there, as before
@@ -40,7 +42,7 @@ def test_run_json_names_its_run_directory_for_resume_and_report(cli, tmp_path) -
 
 
 def test_every_time_in_approvals_json_is_iso_8601_utc(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    db, _ = _queued(cli, tmp_path)
+    db, _ = queued(cli, tmp_path)
     listed = cli("approvals", "list", "--db", str(db), "--format", "json")
     assert listed.rc == 0, listed.stderr
     proposals = listed.json()
@@ -83,7 +85,7 @@ def test_a_job_whose_cluster_is_out_of_reach_exits_3_as_kubectl_targets_do(cli, 
 
 
 def test_a_bad_notify_setting_warns_where_no_notice_is_sent(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    db, _ = _queued(cli, tmp_path)
+    db, _ = queued(cli, tmp_path)
     env = {"RUNBOOK_WEBHOOK_FORMAT": "teams-ish"}
     listed = cli("approvals", "list", "--db", str(db), extra_env=env)
     assert listed.rc == 0, listed.stderr

@@ -17,8 +17,9 @@ from runbook import template_cache, templating
 from runbook.errors import TemplateError
 
 
-def _forget() -> None:
-    """What a new process starts with: no compiled template, no checked text in memory."""
+def forget_compiled() -> None:
+    """Nothing compiled or checked in memory, as in a new walk; the cache this process opened
+    stays as it is."""
     for cached in (
         templating._command_template,
         templating._text_template,
@@ -28,6 +29,11 @@ def _forget() -> None:
     ):
         cached.cache_clear()
     templating._PARSED.clear()
+
+
+def _forget() -> None:
+    """What a new process starts with: no compiled template, no checked text in memory."""
+    forget_compiled()
     template_cache.reset()
 
 

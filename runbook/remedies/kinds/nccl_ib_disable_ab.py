@@ -36,10 +36,11 @@ class NcclIbDisableAb(KindDefaults):
             extravars["nccl_ab_test_wrapper"] = " ".join(
                 ["nsenter", "--target", str(pid), *NAMESPACES, "--"]
             )
+        inventory, runs_on = plans.node_plan(ctx.node, ctx.target)
         return Plan(
             playbook=plans.playbook_named(proposal, "nccl-ib-disable-ab.yml"),
-            inventory=plans.node_inventory(ctx.node, ctx.target),
-            runs_on=plans.runs_on_node(ctx.node, ctx.target),
+            inventory=inventory,
+            runs_on=runs_on,
             extravars=extravars,
             describe=(
                 f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
