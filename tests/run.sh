@@ -7,7 +7,10 @@ cd "$(dirname "$0")/.."
 
 # prometheus: for promtool (check rules/metrics, test rules; Debian ships no promtool alone);
 # its service is not started (policy-rc.d below)
-apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc prometheus bash dash)
+# postgresql: the shared approval queue's tests start their own server (never the system's);
+# chromium: the desk's browser tests (headless, driven by Playwright)
+apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc prometheus bash dash
+  postgresql chromium)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
