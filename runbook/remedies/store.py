@@ -548,6 +548,67 @@ class Store:
             rows = self._read("SELECT * FROM proposals ORDER BY created_at")
         return [_row(r) for r in rows]
 
+    def _where(
+        self,
+        *,
+        states: tuple[str, ...] | None,
+        node: str | None,
+        kinds: tuple[str, ...] | None,
+        expired: bool | None,
+        now: float | None,
+    ) -> tuple[str, tuple[Any, ...]]:
+        """The WHERE clause of a page of the queue (page, count), and its arguments."""
+        clauses: list[str] = []
+        args: list[Any] = []
+        if states:
+            clauses.append(f"state IN ({','.join('?' * len(states))})")
+            args += states
+        if node:
+            clauses.append("node = ?")
+            args.append(node)
+        if kinds is not None:
+            clauses.append(f"kind IN ({','.join('?' * len(kinds))})" if kinds else "0")
+            args += kinds
+        if expired is not None:
+            clauses.append("expires_at <= ?" if expired else "expires_at > ?")
+            args.append(time.time() if now is None else now)
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)
+
+    def page(
+        self,
+        *,
+        states: tuple[str, ...] | None = None,
+        node: str | None = None,
+        kinds: tuple[str, ...] | None = None,
+        expired: bool | None = None,
+        now: float | None = None,
+        offset: int = 0,
+        limit: int = 50,
+        newest_first: bool = True,
+    ) -> list[QueuedProposal]:
+        """One page of the queue, filtered and paged by the database (the desk's queue page):
+        `kinds` () matches nothing; `expired` True: past their TTL, False: within it."""
+        where, args = self._where(states=states, node=node, kinds=kinds, expired=expired, now=now)
+        order = "DESC" if newest_first else "ASC"
+        rows = self._read(
+            f"SELECT * FROM proposals{where} ORDER BY created_at {order}, id LIMIT ? OFFSET ?",  # noqa: S608
+            (*args, max(limit, 0), max(offset, 0)),
+        )
+        return [_row(r) for r in rows]
+
+    def count(
+        self,
+        *,
+        states: tuple[str, ...] | None = None,
+        node: str | None = None,
+        kinds: tuple[str, ...] | None = None,
+        expired: bool | None = None,
+        now: float | None = None,
+    ) -> int:
+        """How many proposals `page` pages through with the same filters."""
+        where, args = self._where(states=states, node=node, kinds=kinds, expired=expired, now=now)
+        return int(self._read(f"SELECT COUNT(*) FROM proposals{where}", args)[0][0])  # noqa: S608
+
     def integrity_check(self) -> str:
         return str(self._read("PRAGMA integrity_check")[0][0])
 
