@@ -28,6 +28,7 @@ CLASSES = ("nccl", "cuda", "framework", "launcher", "scheduler", "kernel")
 ROOT_CAUSES = (
     "host-memory-oom", "gpu-memory-oom", "gpu-hardware", "pcie-error", "shm-exhausted",
     "p2p-unavailable", "rdma-misconfigured", "network-socket", "peer-rank-exited",
+    "collective-desync", "rank-stalled", "collective-hung",
 )  # fmt: skip
 #: a line longer than this is matched on its first MAX_MATCH characters only (a megabyte-long
 #: line must cost what a normal one does; every signature sits near a line's start)

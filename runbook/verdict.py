@@ -23,9 +23,11 @@ from runbook.errors import RunbookError
 FORMAT = 1
 ROOT_CAUSES = (
     "host-memory-oom", "gpu-memory-oom", "gpu-hardware", "pcie-error", "shm-exhausted",
-    "p2p-unavailable", "rdma-misconfigured", "network-socket", "peer-rank-exited", "healthy",
-    "inconclusive",
+    "p2p-unavailable", "rdma-misconfigured", "network-socket", "peer-rank-exited",
+    "collective-desync", "rank-stalled", "collective-hung", "healthy", "inconclusive",
 )  # fmt: skip
+#: the root causes of a hang (DESIGN §5): the job stopped making progress in a collective
+HANG_CAUSES = ("collective-desync", "rank-stalled", "collective-hung")
 CONFIDENCES = ("high", "medium", "low")
 T = TypeVar("T")
 

@@ -53,6 +53,9 @@ ROOT_CAUSES = (
     "rdma-misconfigured",
     "network-socket",
     "peer-rank-exited",
+    "collective-desync",
+    "rank-stalled",
+    "collective-hung",
     "healthy",
     "inconclusive",
 )

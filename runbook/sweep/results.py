@@ -57,6 +57,9 @@ SEVERITY = (
     "p2p-unavailable",
     "network-socket",
     "peer-rank-exited",
+    "collective-hung",
+    "collective-desync",
+    "rank-stalled",
     "inconclusive",
     "healthy",
 )

@@ -16,7 +16,7 @@ NAME = "nccl-ib-disable-ab"
 
 class NcclIbDisableAb(KindDefaults):
     name = NAME
-    proposed_on: tuple[str, ...] | None = ("rdma-misconfigured",)
+    proposed_on: tuple[str, ...] | None = ("rdma-misconfigured", "collective-hung")
     diagnostic = True
 
     def plan(self, proposal: Mapping[str, Any], ctx: PlanContext) -> Plan:
