@@ -4,13 +4,19 @@ Read from `$RUNBOOK_CONFIG`, else `$XDG_CONFIG_HOME/nccl-runbook/config.yaml` (u
 `~/.config/nccl-runbook/config.yaml`); every key is optional::
 
     approvals:
-      db: /var/lib/nccl-runbook/approvals.db   # default: <state dir>/approvals.db
-      audit_log: /var/lib/nccl-runbook/audit.jsonl   # default: next to the db
+      db: /var/lib/nccl-runbook/approvals.db   # default: <state dir>/approvals.db; or
+                                               # postgresql://USER@HOST:PORT/DBNAME, one
+                                               # queue for several machines (docs/desk.md)
+      audit_log: /var/lib/nccl-runbook/audit.jsonl   # default: next to the db (PostgreSQL:
+                                               # the chain is kept in the database)
       ttl: 24h                                 # a proposal older than this is refused
     approvers: [alice, bob]                    # who may approve or deny (OS user names);
                                                # empty or absent: anyone
     delegation:                                # with approvers: --as NAME counts only here
       oncall: [alice, bob]                     # OS user oncall may act as alice or bob
+    two_person:
+      kinds: [node-drain]                      # need an approver other than who queued them,
+                                               # or two approvals (default: node-drain)
     drain:
       max_cordoned: 1                          # pool nodes that may already be cordoned
       max_fraction: 0.1                        # of the pool, this node included
@@ -44,6 +50,7 @@ from typing import Any
 
 import yaml
 
+from runbook.dburl import Location, PostgresURL, location
 from runbook.errors import UsageError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -104,7 +111,8 @@ class Notify:
 
 @dataclass(frozen=True)
 class Config:
-    db: Path
+    #: the approval store: a SQLite file, or a PostgreSQL server (runbook.dburl)
+    db: Location
     audit_log: Path
     ttl: float = 24 * 3600.0
     approvers: tuple[str, ...] = ()
@@ -120,6 +128,14 @@ class Config:
     #: what a command that sends no notice only warns about (a bad notify section: such a
     #: command is not stopped by a setting it does not use)
     warnings: tuple[str, ...] = ()
+    #: kinds that need a second person (runbook.remedies.two_person)
+    two_person_kinds: tuple[str, ...] = ("node-drain",)
+
+    @property
+    def local_dir(self) -> Path:
+        """Where this machine keeps the store's companions (the remedies' work files): next to
+        a SQLite store, the state dir for a PostgreSQL one."""
+        return self.db.parent if isinstance(self.db, Path) else state_dir()
 
 
 def _mapping(value: Any, where: str) -> dict[str, Any]:
@@ -147,11 +163,13 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
     elif path is not None:
         raise UsageError(f"config {source}: no such file")
     approvals = _mapping(raw.get("approvals"), f"config {source}: approvals")
-    db_path = Path(
-        os.path.expanduser(str(db or approvals.get("db") or state_dir() / "approvals.db"))
-    )
+    db_path = location(str(db or approvals.get("db") or state_dir() / "approvals.db"))
     audit = approvals.get("audit_log")
-    audit_path = Path(os.path.expanduser(str(audit))) if audit else db_path.with_name("audit.jsonl")
+    audit_path = (
+        Path(os.path.expanduser(str(audit)))
+        if audit
+        else (state_dir() if isinstance(db_path, PostgresURL) else db_path.parent) / "audit.jsonl"
+    )
     approvers = raw.get("approvers") or []
     if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
         raise UsageError(f"config {source}: approvers: expected a list of user names")
@@ -176,6 +194,12 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
         raise UsageError(
             f"config {source}: drain: max_cordoned must be >= 0 and max_fraction in (0, 1]"
         )
+    two_person = _mapping(raw.get("two_person"), f"config {source}: two_person")
+    two_person_kinds = two_person.get("kinds", ["node-drain"])
+    if not isinstance(two_person_kinds, list) or not all(
+        isinstance(k, str) for k in two_person_kinds
+    ):
+        raise UsageError(f"config {source}: two_person.kinds: expected a list of kinds")
     kube = _mapping(raw.get("kubernetes"), f"config {source}: kubernetes")
     metrics = _mapping(raw.get("metrics"), f"config {source}: metrics")
     textfile = (
@@ -194,6 +218,7 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
         kube_context=str(kube["context"]) if kube.get("context") else None,
         source=source if source.exists() else None,
         textfile_dir=Path(os.path.expanduser(str(textfile))) if textfile else None,
+        two_person_kinds=tuple(two_person_kinds),
         **_notify_or_warning(raw, source, notifies=notifies),
     )
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runbook.dburl import for_record
 from runbook.errors import StateError, UsageError
 
 if TYPE_CHECKING:
@@ -296,7 +297,7 @@ def start_run(
             target.record().as_dict(),
             variables,
             accept_new_host_keys=target.accept_new_host_keys,
-            db=str(Path(options.db).resolve()) if options.db else None,
+            db=for_record(options.db),  # a URL kept without its password
             config=str(Path(options.config).resolve()) if options.config else None,
             as_user=options.as_user,
             no_input=options.no_input,
@@ -367,7 +368,7 @@ def queued_approvals(
         ApprovalLedger(directory, []).finish()
         yield None
         return
-    from runbook.remedies.approval import Desk
+    from runbook.remedies.approval import Desk, actor_name
     from runbook.remedies.plans import Target
     with Desk(cfg) as desk:
         if ledger is None:
@@ -379,6 +380,7 @@ def queued_approvals(
                 variables={**runbook.vars, **record.variables},
                 run_dir=str(directory.path),
                 source="run",
+                requested_by=actor_name(record.as_user),
             )
             ledger = ApprovalLedger(directory, [q.proposal.id for q in queued])
             ledger.save()

@@ -26,4 +26,4 @@ if "RUNBOOK_CACHE_DIR" not in os.environ:
     os.environ["RUNBOOK_CACHE_DIR"] = _template_cache
     atexit.register(shutil.rmtree, _template_cache, ignore_errors=True)
 
-pytest_plugins = ["tests.hosts.fixtures", "tests.tools.ansible_env"]
+pytest_plugins = ["tests.hosts.fixtures", "tests.tools.ansible_env", "tests.pg.fixtures"]

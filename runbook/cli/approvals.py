@@ -98,6 +98,13 @@ def _desk(ctx: click.Context, *, readonly: bool = False) -> Any:
     return Desk(cfg, readonly=readonly)
 
 
+#: what --db takes, on every command that opens the approval store
+DB_HELP = (
+    "Approval store: a SQLite file, or postgresql://USER@HOST:PORT/DBNAME shared by several "
+    "machines (the password from PGPASSWORD or PGPASSFILE, never in the URL)."
+)
+
+
 def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
     if value:
         ctx.obj = {**(ctx.obj or {}), "db": value}
@@ -107,7 +114,7 @@ def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> N
 #: own `approvals --db X list` still works
 _db_option = click.option(
     "--db", type=click.Path(dir_okay=False), expose_value=False, callback=_set_db,
-    is_eager=True, help="Approval store (SQLite) to use.",
+    is_eager=True, help=DB_HELP,
 )  # fmt: skip
 
 
@@ -119,7 +126,7 @@ def _a_reason(text: str) -> str:
 
 
 @click.group()
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store (SQLite) to use.")
+@click.option("--db", type=click.Path(dir_okay=False), help=DB_HELP)
 @click.pass_context
 def approvals(ctx: click.Context, db: str | None) -> None:
     """The queue of proposals waiting for a human decision."""
@@ -224,7 +231,11 @@ def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -
                     console.print(f"      {key} = {escape(_value(value))}")
     else:
         console.print(f"  [yellow]not executable:[/] {escape(str(plan.get('error')))}")
-    console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}")
+    console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}"
+                  + (f" (queued by {escape(p.requested_by)})" if p.requested_by else ""))
+    if p.approvals and p.state == "pending":
+        console.print(f"  approved so far by {escape(', '.join(p.approvals))}: "
+                      "waiting for another person's approval")
     if p.decided_by:
         console.print(f"  decided by {escape(p.decided_by)} at {_when(p.decided_at)}"
                       + (f": {escape(p.reason)}" if p.reason else ""))
@@ -443,31 +454,43 @@ def audit() -> None:
     """The tamper-evident audit trail of proposals, decisions and executions."""
 
 
-def _audit_paths(ctx: click.Context, log: str | None, db: str | None) -> tuple[Path, Any]:
+def _audit_trail(ctx: click.Context, log: str | None, db: str | None) -> tuple[Any, Any]:
+    """The audit trail a command reads, and the config: `--log FILE`; else the store's own
+    (the file beside a SQLite store, the database of a shared one)."""
+    from runbook.remedies.audit import AuditLog
+    from runbook.remedies.store import Store
+
     cfg = load_config(ctx, db=db)
-    return (Path(log) if log else cfg.audit_log), cfg
+    if log:
+        return AuditLog(Path(log)), cfg
+    if isinstance(cfg.db, Path):
+        return AuditLog(cfg.audit_log), cfg
+    store = Store(cfg.db, readonly=True)
+    ctx.call_on_close(store.close)
+    return store.audit_log(cfg.audit_log), cfg
 
 
 @audit.command("verify")
 @click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store holding the anchor.")
+@click.option("--db", type=click.Path(dir_okay=False), help="Approval store holding the anchor "
+              "(a shared postgresql:// store holds the chain itself).")
 @format_option("text", "json", default="text")
 @click.pass_context
 def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) -> None:
     """Recompute the hash chain; exit 1 naming the first broken entry. --format json:
     {"log", "ok", "entries", "head", "anchored", "problems"}."""
-    from runbook.remedies.audit import verify
     from runbook.remedies.store import Store
 
-    path, cfg = _audit_paths(ctx, log, db)
+    trail, cfg = _audit_trail(ctx, log, db)
     anchor = None
-    if cfg.db.exists():
+    if not isinstance(cfg.db, Path) or cfg.db.exists():
         with Store(cfg.db, readonly=True) as store:  # reads only: works on a full disk
             anchor = store.audit_head()
-    result = verify(path, anchor=anchor)
+    result = trail.verify(anchor=anchor)
+    where = trail.where
     if fmt == "json":
         click.echo(json.dumps({
-            "log": str(path),
+            "log": where,
             "ok": result.ok,
             "entries": result.entries,
             "head": result.head.hash if result.head else None,
@@ -478,15 +501,15 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
             raise click.exceptions.Exit(1)
         return
     if result.ok:
-        click.echo(f"{path}: {count(result.entries, 'entry', 'entries')}, chain intact"
+        click.echo(f"{where}: {count(result.entries, 'entry', 'entries')}, chain intact"
                    + (f" (head {result.head.hash[:12]})" if result.head else ""))
         if anchor is None and result.entries:
             # without the store's anchor a chain cut short at its end is still a valid chain
-            click.echo(f"{path}: warning: the approval store ({cfg.db}) holds no anchor for "
+            click.echo(f"{where}: warning: the approval store ({cfg.db}) holds no anchor for "
                        "this log: entries cut off its end cannot be detected", err=True)
         return
     for problem in result.problems:
-        click.echo(f"{path}: {problem}", err=True)
+        click.echo(f"{where}: {problem}", err=True)
     raise click.exceptions.Exit(1)
 
 
@@ -505,10 +528,8 @@ def show_audit(
     ctx: click.Context, log: str | None, db: str | None, pid: str | None, fmt: str
 ) -> None:
     """Print the audit trail (optionally one proposal's)."""
-    from runbook.remedies.audit import AuditLog
-
-    path, _ = _audit_paths(ctx, log, db)
-    for entry in AuditLog(path).entries():
+    trail, _ = _audit_trail(ctx, log, db)
+    for entry in trail.entries():
         if pid and entry.get("proposal") != pid:
             continue
         if fmt == "json":

@@ -207,7 +207,7 @@ def complete_proposal(
 
         config = _option_in_chain(ctx, "config", "config_file")
         cfg = config_mod.load(Path(config) if config else None, db=_option_in_chain(ctx, "db"))
-        if not cfg.db.exists():
+        if isinstance(cfg.db, Path) and not cfg.db.exists():
             return []
         with Store(cfg.db, readonly=True) as store:
             proposals = store.list(states=None)

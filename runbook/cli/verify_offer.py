@@ -35,8 +35,10 @@ def store_args(desk: Desk) -> list[str]:
         default_db = config_mod.load(desk.config.source).db
     except Exception:  # an unreadable config: name the store explicitly
         default_db = None
-    if default_db is None or Path(desk.config.db) != Path(default_db):
-        return ["--db", str(desk.config.db)]
+    db = desk.config.db
+    if default_db is None or db != default_db:
+        # a shared store's URL without its password: the command reads PGPASSWORD/PGPASSFILE
+        return ["--db", str(db) if isinstance(db, Path) else db.without_password()]
     return []
 
 

@@ -4,7 +4,9 @@ Every step writes the audit trail first-hand (`proposed`, `previewed`, `approved
 `refused`, `check`, `executed`, `failed`), each entry naming the actor and, for an approval, the
 exact playbook and variables. Order of an approval::
 
-    authorised approver?  → still pending?  → within its TTL?  → evidence still there
+    authorised approver?  → still pending?  → within its TTL?  → a second person, for a
+    disruptive kind (runbook.remedies.two_person: this approval recorded; refused while it
+    waits for another person's)  → evidence still there
     (re-check on the live node)?  → a kind that takes the node out (node-drain): blast-radius
     guard, live  → claim (exactly one winner)  → check mode + diff  → the real run  → what
     the kind reads after it (the A/B comparison)  → succeeded | failed (never retried)
@@ -30,8 +32,7 @@ from typing import Any
 
 from runbook.config import Config, state_dir
 from runbook.errors import RunbookError
-from runbook.remedies import kinds, plans
-from runbook.remedies.audit import AuditLog
+from runbook.remedies import kinds, plans, two_person
 from runbook.remedies.playbook import PlaybookResult, TaskOutcome, run_playbook
 from runbook.remedies.store import QueuedProposal, Store
 from runbook.verdict import Verdict
@@ -46,6 +47,11 @@ class Refused(RunbookError):
     """The approval was refused (stale, evidence gone, guard, not an approver)."""
 
     exit_code = 1
+
+
+class SecondPersonNeeded(Refused):
+    """The two-person rule: this approval is recorded, the proposal still waits for another
+    person's (it stays pending)."""
 
 
 def os_user() -> str:
@@ -115,8 +121,9 @@ class Desk:
         self.config = config
         self.readonly = readonly
         self.store = Store(config.db, readonly=readonly)
-        self.audit = AuditLog(config.audit_log)
-        self.remedies_dir = remedies_dir or config.db.parent / "remedies"
+        # beside a SQLite store, its file; in a shared (PostgreSQL) store, the database
+        self.audit = self.store.audit_log(config.audit_log)
+        self.remedies_dir = remedies_dir or config.local_dir / "remedies"
 
     def close(self, *, publish: bool = True) -> None:
         """`publish`: the queue, as this desk leaves it, to its metrics file and webhook
@@ -157,11 +164,14 @@ class Desk:
         source: str = "run",
     ) -> list[Queued]:
         """Queue each executable proposal of a verdict (advice kinds, and proposals whose plan
-        lacks an input — `requires_approval: false` — are not queued)."""
+        lacks an input — `requires_approval: false` — are not queued). `requested_by`: who
+        ran the run (the two-person rule's requester; default the OS user)."""
+        requester = requested_by or os_user()
         out: list[Queued] = []
         for typed_proposal in verdict.proposals:
             if kinds.is_advice(typed_proposal.kind) or not typed_proposal.requires_approval:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve
+        requested_by: str | None = None,
                 continue
             # the plan reads the proposal's JSON (its params and the remedy's extra fields)
             proposal = typed_proposal.to_json()
@@ -195,9 +205,10 @@ class Desk:
             self.record(
                 "proposed" if new else "refreshed",
                 stored.id,
-                os_user(),
+                requester,
                 {
                     "kind": stored.kind,
+                requested_by=requester,
                     "node": node,
                     "summary": stored.summary,
                     "root_cause": stored.root_cause,
@@ -367,7 +378,9 @@ class Desk:
         checked: PlaybookResult | None = None,
     ) -> Execution:
         """`checked`: the check-mode run the approver has just seen (the guided prompt's
-        preview of this same plan); otherwise the check run happens here, after the claim."""
+        preview of this same plan); otherwise the check run happens here, after the claim.
+        `identity`: the person approving as the caller vouches for them (the desk's signed-in
+        user); by default `identity_of(as_user)`."""
         actor = actor_name(as_user)
         proposal = self.store.get(pid)
         self._authorise(proposal, actor, as_user)
@@ -375,6 +388,7 @@ class Desk:
         if recheck and recheck_fn is not None:
             self._evidence_holds(proposal, actor, recheck_fn)
         if guard_fn is not None and kinds.takes_node_out(proposal.kind):
+        identity: str | None = None,
             self._guard_allows(proposal, plan, actor, guard_fn)
         proposal = self.store.claim(pid, actor=actor)
         self.record(
@@ -382,6 +396,7 @@ class Desk:
             pid,
             actor,
             {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
+        self._second_person(proposal, actor, identity or self.identity_of(as_user))
         )
         return self._execute(proposal, plan, actor, checked=checked, on_task=on_task)
 
@@ -395,6 +410,35 @@ class Desk:
         if proposal.expired:
             age = _duration(time.time() - proposal.created_at)
             ttl = _duration(proposal.expires_at - proposal.created_at)
+    def identity_of(self, as_user: str | None) -> str:
+        """The person approving, for the two-person rule: the `--as` name where the config's
+        approvers (and delegation) vouch for it, else the OS user: `--as` alone is a label
+        anyone may type."""
+        if as_user and self.config.approvers:
+            return as_user  # _authorise let it through: the config vouches for it
+        return os_user()
+
+    def _second_person(self, proposal: QueuedProposal, actor: str, who: str) -> None:
+        """The two-person rule (runbook.remedies.two_person): this approval recorded, then
+        refused while the kind still needs another person's; the proposal stays pending."""
+        policy = two_person.Policy.from_config(self.config)
+        if not policy.applies(proposal.kind):
+            return
+        proposal.approvals = self.store.add_approval(proposal.id, who)
+        reason = two_person.check(proposal, who, policy)
+        self.record(
+            "approval-recorded",
+            proposal.id,
+            actor,
+            {"approver": who, "approvals": proposal.approvals,
+             "requested_by": proposal.requested_by, "waiting": reason},
+        )  # fmt: skip
+        if reason:
+            raise SecondPersonNeeded(
+                f"proposal {proposal.id}: {reason}; {who}'s approval is recorded, it runs when "
+                "another person approves it"
+            )
+
             raise self._refuse(
                 proposal,
                 actor,

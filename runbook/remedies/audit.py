@@ -12,6 +12,10 @@ the last (seq, hash) it saw as an anchor and `verify(path, anchor=...)` checks t
 reaches it. Appends hold an exclusive `flock` (two processes never interleave or fork the chain),
 write one line whole or not at all (a full disk is a DiskFullError, the file as it was), and
 fsync before returning.
+
+With a PostgreSQL store (several machines, one queue) the same entries live in the database
+instead (`StoreAuditLog`): the store serialises appends across machines and moves the anchor
+in the same transaction, and `verify` runs the same checks over them (`entry N` for `line N`).
 """
 
 from __future__ import annotations
@@ -22,10 +26,10 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runbook.errors import RunbookError, disk_full_as_error
 from runbook.redact import redact_data
@@ -81,9 +85,34 @@ class Anchor:
     hash: str
 
 
+def new_entry(
+    seq: int,
+    prev: str | None,
+    event: str,
+    proposal: str | None,
+    actor: str | None,
+    data: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], str]:
+    """The entry that follows (seq - 1, prev), and its line as written (no newline)."""
+    entry: dict[str, Any] = {
+        "seq": seq,
+        "time": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
+        "event": event,
+        "proposal": proposal,
+        "actor": actor,
+        "data": redact_data(dict(data or {})),  # credentials never written
+        "prev": prev or GENESIS,
+    }
+    entry["hash"] = _digest(entry)
+    return entry, json.dumps(entry, ensure_ascii=False, default=str)
+
+
 class AuditLog:
+    """The chain in a JSON-lines file (with a SQLite store, or `--log FILE`)."""
+
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.where = str(path)
 
     def append(
         self,
@@ -125,19 +154,9 @@ class AuditLog:
                             f"{self.path}: the last entry is unreadable ({exc}); "
                             "run `runbook audit verify` before appending"
                         ) from exc
-                entry: dict[str, Any] = {
-                    "seq": seq,
-                    "time": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z"),
-                    "event": event,
-                    "proposal": proposal,
-                    "actor": actor,
-                    "data": redact_data(dict(data or {})),  # credentials never written
-                    "prev": prev,
-                }
-                entry["hash"] = _digest(entry)
-                line = json.dumps(entry, ensure_ascii=False, default=str) + "\n"
+                entry, line = new_entry(seq, prev, event, proposal, actor, data)
                 with disk_full_as_error(self.path.parent):
-                    _append_whole(handle.fileno(), line.encode())
+                    _append_whole(handle.fileno(), (line + "\n").encode())
             finally:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
         return entry
@@ -154,6 +173,52 @@ class AuditLog:
                 if line.strip():
                     yield json.loads(line)
 
+    def verify(self, *, anchor: Anchor | None = None) -> Verification:
+        return verify(self.path, anchor=anchor)
+
+
+class ChainBackend(Protocol):
+    where: str
+
+    def append_audit(
+        self, build: Callable[[int, str | None], tuple[dict[str, Any], str]]
+    ) -> dict[str, Any]: ...
+    def audit_lines(self) -> Iterator[str]: ...
+
+
+class StoreAuditLog:
+    """The chain kept in the approval store's database (PostgreSQL: several machines append
+    to one chain; the backend serialises appends and moves the anchor in the same
+    transaction). Same entries, same hashes, same checks as the file."""
+
+    def __init__(self, backend: ChainBackend) -> None:
+        self.backend = backend
+        self.where = f"{backend.where} (audit_entries)"
+
+    def append(
+        self,
+        event: str,
+        *,
+        proposal: str | None = None,
+        actor: str | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return self.backend.append_audit(
+            lambda seq, prev: new_entry(seq, prev, event, proposal, actor, data)
+        )
+
+    def entries(self) -> Iterator[dict[str, Any]]:
+        for line in self.backend.audit_lines():
+            yield json.loads(line)
+
+    def verify(self, *, anchor: Anchor | None = None) -> Verification:
+        lines = [line.encode() for line in self.backend.audit_lines()]
+        return verify_lines(lines, anchor=anchor, label="entry", missing=None)
+
+
+#: where the chain is: a file, or the store's database
+AuditTrail = AuditLog | StoreAuditLog
+
 
 @dataclass(frozen=True)
 class Verification:
@@ -165,38 +230,50 @@ class Verification:
 
 def verify(path: Path, *, anchor: Anchor | None = None) -> Verification:
     """Recompute the chain; every problem is `line N: what is wrong`."""
-    problems: list[str] = []
-    prev, expected_seq, count = GENESIS, 1, 0
-    head: Anchor | None = None
     if not path.exists():
+        problems = []
         if anchor is not None:
             problems.append(f"{path} is missing but the store has seen {anchor.seq} entries")
         return Verification(not problems, 0, tuple(problems), None)
     with path.open("rb") as handle:
         raw = handle.read()
     lines = raw.split(b"\n")
+    cut_short = None
     if lines and lines[-1] == b"":
         lines.pop()
     elif lines:
-        problems.append(f"line {len(lines)}: incomplete (no newline: a write cut short)")
+        cut_short = f"line {len(lines)}: incomplete (no newline: a write cut short)"
+    return verify_lines(lines, anchor=anchor, label="line", missing=cut_short)
+
+
+def verify_lines(
+    lines: list[bytes], *, anchor: Anchor | None, label: str, missing: str | None
+) -> Verification:
+    """The chain's checks over its entries as written; `label` names one in a problem
+    (`line 3`, `entry 3`), `missing` is a problem already found (a last line cut short)."""
+    problems: list[str] = [missing] if missing else []
+    prev, expected_seq, count = GENESIS, 1, 0
+    head: Anchor | None = None
     for number, line in enumerate(lines, 1):
         try:
             entry = json.loads(line)
             if not isinstance(entry, dict):
                 raise ValueError("not an object")
         except ValueError as exc:
-            problems.append(f"line {number}: not a JSON object ({exc})")
+            problems.append(f"{label} {number}: not a JSON object ({exc})")
             break
         count += 1
         if entry.get("prev") != prev:
             problems.append(
-                f"line {number}: its prev hash does not match line {number - 1} "
+                f"{label} {number}: its prev hash does not match {label} {number - 1} "
                 "(an entry was removed, inserted or reordered)"
             )
         if entry.get("hash") != _digest(entry):
-            problems.append(f"line {number}: content does not match its hash (entry edited)")
+            problems.append(f"{label} {number}: content does not match its hash (entry edited)")
         if entry.get("seq") != expected_seq:
-            problems.append(f"line {number}: seq {entry.get('seq')} where {expected_seq} belongs")
+            problems.append(
+                f"{label} {number}: seq {entry.get('seq')} where {expected_seq} belongs"
+            )
         prev = str(entry.get("hash"))
         seq = entry.get("seq")
         expected_seq = (seq if isinstance(seq, int) else expected_seq) + 1

@@ -20,9 +20,17 @@ recorded in `notices`, one row per proposal and notice: claimed before it is sen
 processes publishing at once send it once; marked sent after; released when the webhook
 gave up, so the next command tries again. A store made before that table gets it on opening.
 
-The database and its directory are created owner-only (0600/0700); WAL mode lets `list` read
-while an execution writes. Every database error leaves the store as a StoreError (a
-DiskFullError when the disk is full): callers need not know it is SQLite.
+Two databases hold it, chosen by `--db` (runbook.dburl, in one place for every command): a
+SQLite file on this machine (runbook.remedies.store_sqlite, the default), or a PostgreSQL
+server several machines share (runbook.remedies.store_pg: sweep shards, the desk, on-call
+laptops; the audit chain then lives in the database too). The statements here are the same for
+both; the schema is migrated in place on opening (runbook.remedies.store_schema). Every
+database error leaves the store as a StoreError (a DiskFullError when the disk is full, a
+StoreUnreachable when a server cannot be reached or refuses the login): callers need not know
+which database it is.
+
+The two-person rule's data: `requested_by` is who ran the run that queued a proposal, and
+`add_approval` records each distinct approver of it (runbook.remedies.two_person decides).
 """
 
 from __future__ import annotations
@@ -31,84 +39,45 @@ import json
 import os
 import secrets
 import socket
-import sqlite3
 import time
-import urllib.parse
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from runbook.errors import NO_SPACE, DiskFullError, RunbookError
-from runbook.remedies.audit import Anchor
+from runbook.dburl import Location, PostgresURL, location
+from runbook.errors import RunbookError
+from runbook.remedies.audit import Anchor, AuditLog, AuditTrail, StoreAuditLog
+from runbook.remedies.store_errors import Conflict, NotFound, StoreError, StoreUnreachable
+
+__all__ = [
+    "FINAL", "STATES", "Conflict", "NotFound", "QueuedProposal", "Store", "StoreError",
+    "StoreUnreachable", "runner_gone", "this_process",
+]  # fmt: skip
 
 STATES = ("pending", "running", "succeeded", "failed", "denied", "refused")
 FINAL = ("succeeded", "failed", "denied", "refused")
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS proposals (
-    id          TEXT PRIMARY KEY,
-    key         TEXT NOT NULL,          -- node + the verdict's proposal id: one pending per key
-    kind        TEXT NOT NULL,
-    remedy      TEXT NOT NULL,
-    summary     TEXT NOT NULL,
-    node        TEXT,
-    root_cause  TEXT,
-    playbook    TEXT,
-    params      TEXT NOT NULL,          -- JSON: the proposal's params as rendered from facts
-    plan        TEXT,                   -- JSON: playbook, inventory and extravars to run
-    target      TEXT,                   -- JSON: how to reach the node again (re-check)
-    runbook     TEXT,
-    vars        TEXT,                   -- JSON: the runbook variables of the run
-    evidence    TEXT NOT NULL,          -- JSON: the chain and first anomaly it rests on
-    run_dir     TEXT,
-    source      TEXT NOT NULL,          -- run | sweep
-    state       TEXT NOT NULL CHECK (state IN
-                  ('pending','running','succeeded','failed','denied','refused')),
-    created_at  REAL NOT NULL,
-    expires_at  REAL NOT NULL,
-    decided_by  TEXT,
-    decided_at  REAL,
-    reason      TEXT,
-    result      TEXT,                   -- JSON: the execution's outcome
-    verification TEXT,                  -- JSON: the recovery check's outcome
-    runner      TEXT,                   -- JSON: the process that claimed it (host, pid, start)
-    updated_at  REAL NOT NULL
-);
-CREATE INDEX IF NOT EXISTS proposals_state ON proposals(state);
-CREATE UNIQUE INDEX IF NOT EXISTS proposals_one_pending ON proposals(key) WHERE state = 'pending';
-CREATE TABLE IF NOT EXISTS notices (
-    proposal    TEXT NOT NULL,
-    notice      TEXT NOT NULL,          -- queued | expiring
-    claimed_at  REAL NOT NULL,
-    sent_at     REAL,                   -- NULL: claimed, being sent (or its sender died)
-    PRIMARY KEY (proposal, notice)
-);
-CREATE TABLE IF NOT EXISTS audit_head (
-    id   INTEGER PRIMARY KEY CHECK (id = 1),
-    seq  INTEGER NOT NULL,
-    hash TEXT NOT NULL
-);
-"""
+#: `page` and `count` also take this: pending, past its TTL (`pending` there: within it)
+EXPIRED = "expired"
 
 
-#: free space under which an I/O error of the store is taken for a full disk
-_ROOM = 1024 * 1024
+class Backend(Protocol):
+    """What the store needs of a database (store_sqlite.SqliteBackend, store_pg.PostgresBackend):
+    statements in SQLite's style (`?`, `:name`), write transactions, errors as StoreErrors."""
 
+    dialect: str
+    where: str
+    tables: set[str]
 
-class StoreError(RunbookError):
-    exit_code = 2
-
-
-class NotFound(StoreError):
-    pass
-
-
-class Conflict(StoreError):
-    """The proposal is not pending any more (someone else decided, or it ran)."""
-
-    exit_code = 1
+    def tx(self) -> AbstractContextManager[None]: ...
+    def run(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> int: ...
+    def rows(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]: ...
+    def lock(self, name: str) -> None: ...
+    def close(self) -> None: ...
+    def error(self, exc: BaseException) -> RunbookError: ...
+    def integrity_check(self) -> str: ...
+    def version(self) -> int: ...
 
 
 @dataclass
@@ -139,6 +108,10 @@ class QueuedProposal:
     verification: dict[str, Any] | None = None
     runner: dict[str, Any] | None = None
     updated_at: float = 0.0
+    #: who ran the run that queued it (the OS user, `NAME as ALIAS`, the desk's user)
+    requested_by: str | None = None
+    #: the distinct approvers so far, first first (the two-person rule)
+    approvals: list[str] = field(default_factory=list)
 
     @property
     def expired(self) -> bool:
@@ -208,81 +181,57 @@ def runner_gone(proposal: QueuedProposal) -> bool | None:
     return start is None or (runner.get("start") is not None and start != runner.get("start"))
 
 
-def _row(row: sqlite3.Row) -> QueuedProposal:
-    data = dict(row)
+_COLUMNS = frozenset(QueuedProposal.__dataclass_fields__) - {"approvals"}
+
+
+def _row(row: Mapping[str, Any], approvals: list[str] | None = None) -> QueuedProposal:
+    data = {k: v for k, v in row.items() if k in _COLUMNS}
     for name in _JSON:
-        data[name] = json.loads(data[name]) if data[name] is not None else None
-    data["vars"] = data["vars"] or {}
-    return QueuedProposal(**data)
+        if data.get(name) is not None:
+            data[name] = json.loads(data[name])
+    data["vars"] = data.get("vars") or {}
+    return QueuedProposal(**data, approvals=list(approvals or []))
+
+
+def _open(place: Location, *, timeout: float, readonly: bool) -> Backend:
+    """The one place a store's location becomes a database."""
+    if isinstance(place, PostgresURL):
+        from runbook.remedies.store_pg import PostgresBackend
+
+        return PostgresBackend(place, timeout=timeout, readonly=readonly)
+    from runbook.remedies.store_sqlite import SqliteBackend
+
+    return SqliteBackend(place, timeout=timeout, readonly=readonly)
 
 
 class Store:
-    def __init__(self, path: Path, *, timeout: float = 30.0, readonly: bool = False) -> None:
-        """`readonly`: for commands that only read (`approvals list`, `show`, `audit verify`):
-        nothing is created or written, so they work on a full disk; an absent store reads as
-        an empty one."""
-        from runbook.remedies.owned import check_store
+    def __init__(
+        self, path: Location | str, *, timeout: float = 30.0, readonly: bool = False
+    ) -> None:
+        """`path`: a SQLite file, or a PostgreSQL URL (runbook.dburl). `readonly`: for commands
+        that only read (`approvals list`, `show`, `audit verify`): nothing is created or
+        written in a SQLite store, so they work on a full disk; an absent one reads as empty."""
+        self.path: Location = location(path) if isinstance(path, str) else path
+        self.backend = _open(self.path, timeout=timeout, readonly=readonly)
+        self.where = self.backend.where
 
-        self.path = path
-        if readonly:
-            check_store(path)  # a plan in it is shown as what would run
-            self._open_readonly(path, timeout)
-            return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            # another user's store (or one they can write) holds plans they could rewrite
-            check_store(path)
-            if not path.exists():
-                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.execute("PRAGMA foreign_keys=ON")
-            with self._tx():
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        self._db.execute(statement)
-                columns = {r["name"] for r in self._db.execute("PRAGMA table_info(proposals)")}
-                if "runner" not in columns:  # a store made before the claim recorded it
-                    self._db.execute("ALTER TABLE proposals ADD COLUMN runner TEXT")
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        except OSError as exc:
-            if exc.errno in NO_SPACE:
-                raise DiskFullError(f"no space left on {path.parent} ({exc.strerror})") from exc
-            raise StoreError(f"approval store {path}: {exc.strerror or exc}") from exc
+    @property
+    def shared(self) -> bool:
+        """A server several machines share (its audit chain lives in it)."""
+        return self.backend.dialect == "postgresql"
 
-    def _open_readonly(self, path: Path, timeout: float) -> None:
-        try:
-            if not path.exists():
-                self._db = sqlite3.connect(":memory:", isolation_level=None)
-                self._db.executescript(_SCHEMA)
-                self._db.row_factory = sqlite3.Row
-                return
-            uri = "file:" + urllib.parse.quote(str(path)) + "?mode=ro"
-            try:
-                self._db = self._readable(uri, timeout)
-            except sqlite3.DatabaseError:
-                # a WAL database whose shared-memory file is gone needs one made to be read; on
-                # a full disk it cannot be: read the file as it is (a snapshot, no locks)
-                self._db = self._readable(uri + "&immutable=1", timeout)
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
+    def audit_log(self, path: Path) -> AuditTrail:
+        """The audit chain of this store: the file `path` beside a SQLite store; the
+        database itself for a shared one (one chain, whichever machine appends)."""
+        if self.shared:
+            return StoreAuditLog(self.backend)  # type: ignore[arg-type]
+        return AuditLog(path)
 
-    @staticmethod
-    def _readable(uri: str, timeout: float) -> sqlite3.Connection:
-        db = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("SELECT 1 FROM proposals LIMIT 1").fetchall()
-        except sqlite3.DatabaseError:
-            db.close()
-            raise
-        return db
+    def schema_version(self) -> int:
+        return self.backend.version()
 
     def close(self) -> None:
-        self._db.close()
+        self.backend.close()
 
     def __enter__(self) -> Store:
         return self
@@ -290,49 +239,8 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _error(self, exc: sqlite3.Error) -> RunbookError:
-        """One line for a database error; a full disk says so (SQLite reports it as
-        SQLITE_FULL, or as an I/O error when growing its WAL index fails)."""
-        name = getattr(exc, "sqlite_errorname", "")
-        if name == "SQLITE_FULL" or name.startswith("SQLITE_IOERR"):
-            try:
-                stat = os.statvfs(self.path.parent)
-                full = name == "SQLITE_FULL" or stat.f_bavail * stat.f_frsize < _ROOM
-            except OSError:
-                full = name == "SQLITE_FULL"
-            if full:
-                return DiskFullError(
-                    f"no space left on {self.path.parent} (approval store {self.path}: {exc})"
-                )
-        return StoreError(f"approval store {self.path}: {exc}")
-
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken at once (`BEGIN IMMEDIATE`) so two writers serialise
-        instead of deadlocking on a read lock upgraded later. A statement that fails for want
-        of space rolls the whole transaction back and is a DiskFullError; any other database
-        error, a StoreError."""
-        try:
-            self._db.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
-        try:
-            yield self._db
-        except BaseException as exc:
-            # SQLite may already have rolled back (SQLITE_FULL can): a second ROLLBACK would
-            # raise and hide the error that matters
-            if self._db.in_transaction:
-                self._db.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise self._error(exc) from exc
-            raise
-        else:
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise self._error(exc) from exc
+    def _tx(self) -> AbstractContextManager[None]:
+        return self.backend.tx()
 
     # ----------------------------------------------------------------------------- writing
     def enqueue(
@@ -354,14 +262,16 @@ class Store:
         runbook: str | None = None,
         variables: Mapping[str, Any] | None = None,
         run_dir: str | None = None,
+        requested_by: str | None = None,
     ) -> tuple[QueuedProposal, bool]:
         """Queue a proposal; `(proposal, True)` when new. The same proposal for the same node
-        already pending is refreshed (new evidence, run and TTL), not queued twice."""
+        already pending is refreshed (new evidence, run and TTL), not queued twice; it keeps
+        who queued it first (`requested_by`)."""
         now = time.time()
         values = {
             "key": key, "kind": kind, "remedy": remedy, "summary": summary, "node": node,
             "root_cause": root_cause, "playbook": playbook, "runbook": runbook,
-            "run_dir": run_dir, "source": source,
+            "run_dir": run_dir, "source": source, "requested_by": requested_by,
             "params": json.dumps(dict(params), default=str),
             "plan": json.dumps(dict(plan), default=str) if plan is not None else None,
             "target": json.dumps(dict(target), default=str) if target is not None else None,
@@ -369,13 +279,13 @@ class Store:
             "evidence": json.dumps(dict(evidence), default=str),
             "now": now, "expires_at": now + ttl,
         }  # fmt: skip
-        with self._tx() as db:
-            row = db.execute(
-                "SELECT id FROM proposals WHERE key = ? AND state = 'pending'", (key,)
-            ).fetchone()
-            if row:
-                pid, new = row["id"], False
-                db.execute(
+        db = self.backend
+        with db.tx():
+            db.lock(f"enqueue:{key}")  # two machines queueing one finding: one row
+            rows = db.rows("SELECT id FROM proposals WHERE key = ? AND state = 'pending'", (key,))
+            if rows:
+                pid, new = str(rows[0]["id"]), False
+                db.run(
                     "UPDATE proposals SET summary=:summary, params=:params, plan=:plan, "
                     "target=:target, vars=:vars, evidence=:evidence, run_dir=:run_dir, "
                     "expires_at=:expires_at, updated_at=:now, root_cause=:root_cause "
@@ -384,31 +294,60 @@ class Store:
                 )
             else:
                 pid, new = "p" + secrets.token_hex(4), True
-                db.execute(
+                db.run(
                     "INSERT INTO proposals (id, key, kind, remedy, summary, node, root_cause, "
                     "playbook, params, plan, target, runbook, vars, evidence, run_dir, source, "
-                    "state, created_at, expires_at, updated_at) VALUES (:id, :key, :kind, "
-                    ":remedy, :summary, :node, :root_cause, :playbook, :params, :plan, :target, "
-                    ":runbook, :vars, :evidence, :run_dir, :source, 'pending', :now, "
-                    ":expires_at, :now)",
+                    "state, created_at, expires_at, updated_at, requested_by) VALUES (:id, :key, "
+                    ":kind, :remedy, :summary, :node, :root_cause, :playbook, :params, :plan, "
+                    ":target, :runbook, :vars, :evidence, :run_dir, :source, 'pending', :now, "
+                    ":expires_at, :now, :requested_by)",
                     {**values, "id": pid},
                 )
         return self.get(pid), new
 
     def claim(self, pid: str, *, actor: str) -> QueuedProposal:
-        """pending → running for `actor`, atomically; Conflict for everyone else."""
+        """pending → running for `actor`, atomically (one conditional UPDATE: of several
+        processes or machines at once, exactly one changes the row); Conflict for the rest."""
         now = time.time()
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=?, "
-                "runner=? WHERE id=? AND state='pending'",
-                (actor, now, now, json.dumps(this_process()), pid),
+        with self.backend.tx():
+            won = (
+                self.backend.run(
+                    "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=?, "
+                    "runner=? WHERE id=? AND state='pending'",
+                    (actor, now, now, json.dumps(this_process()), pid),
+                )
+                == 1
             )
-            won = cur.rowcount == 1
         proposal = self.get(pid)
         if not won:
             raise Conflict(self._not_pending(proposal))
         return proposal
+
+    def add_approval(self, pid: str, who: str) -> list[str]:
+        """Record `who` approving the pending proposal `pid` (once per person) and return the
+        distinct approvers so far, first first; atomic, so two approving at once both count.
+        Conflict when it is not pending any more."""
+        db = self.backend
+        with db.tx():
+            db.lock(f"approve:{pid}")
+            rows = db.rows("SELECT state FROM proposals WHERE id = ?", (pid,))
+            if not rows:
+                raise NotFound(f"no proposal {pid!r} in {self.where}")
+            if rows[0]["state"] != "pending":
+                raise Conflict(self._not_pending(self.get(pid)))
+            db.run(
+                "INSERT INTO approvals (proposal, approver, at) VALUES (?, ?, ?) "
+                "ON CONFLICT (proposal, approver) DO NOTHING",
+                (pid, who, time.time()),
+            )
+            names = db.rows(
+                "SELECT approver FROM approvals WHERE proposal = ? ORDER BY at, approver", (pid,)
+            )
+        return [str(r["approver"]) for r in names]
+
+    def approvals_of(self, pid: str) -> list[str]:
+        """The distinct approvers of `pid` so far, first first."""
+        return self._approvals([pid]).get(pid, [])
 
     def decide(
         self, pid: str, state: str, *, actor: str | None, reason: str | None = None
@@ -417,13 +356,15 @@ class Store:
         if state not in ("denied", "refused"):
             raise ValueError(state)
         now = time.time()
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE proposals SET state=?, decided_by=?, decided_at=?, reason=?, updated_at=? "
-                "WHERE id=? AND state='pending'",
-                (state, actor, now, reason, now, pid),
+        with self.backend.tx():
+            won = (
+                self.backend.run(
+                    "UPDATE proposals SET state=?, decided_by=?, decided_at=?, reason=?, updated_at=? "
+                    "WHERE id=? AND state='pending'",
+                    (state, actor, now, reason, now, pid),
+                )
+                == 1
             )
-            won = cur.rowcount == 1
         proposal = self.get(pid)
         if not won:
             raise Conflict(self._not_pending(proposal))
@@ -432,13 +373,15 @@ class Store:
     def recover(self, pid: str, *, result: Mapping[str, Any]) -> QueuedProposal:
         """running → failed for a proposal whose process is gone (never re-run)."""
         now = time.time()
-        with self._tx() as db:
-            cur = db.execute(
-                "UPDATE proposals SET state='failed', result=?, updated_at=? "
-                "WHERE id=? AND state='running'",
-                (json.dumps(dict(result), default=str), now, pid),
+        with self.backend.tx():
+            won = (
+                self.backend.run(
+                    "UPDATE proposals SET state='failed', result=?, updated_at=? "
+                    "WHERE id=? AND state='running'",
+                    (json.dumps(dict(result), default=str), now, pid),
+                )
+                == 1
             )
-            won = cur.rowcount == 1
         proposal = self.get(pid)
         if not won:
             raise Conflict(f"proposal {pid} is {proposal.state}, not running: nothing to recover")
@@ -447,38 +390,38 @@ class Store:
     def finish(self, pid: str, *, ok: bool, result: Mapping[str, Any]) -> QueuedProposal:
         """running → succeeded | failed, with the execution's outcome."""
         now = time.time()
-        with self._tx() as db:
-            cur = db.execute(
+        with self.backend.tx():
+            changed = self.backend.run(
                 "UPDATE proposals SET state=?, result=?, updated_at=? "
                 "WHERE id=? AND state='running'",
                 ("succeeded" if ok else "failed", json.dumps(dict(result), default=str), now, pid),
             )
-            if cur.rowcount != 1:
+            if changed != 1:
                 raise Conflict(f"proposal {pid} is not running")
         return self.get(pid)
 
     def set_plan(self, pid: str, plan: Mapping[str, Any]) -> QueuedProposal:
         """A pending proposal's plan, replaced (re-planned against changed files)."""
-        with self._tx() as db:
-            cur = db.execute(
+        with self.backend.tx():
+            changed = self.backend.run(
                 "UPDATE proposals SET plan=?, updated_at=? WHERE id=? AND state='pending'",
                 (json.dumps(dict(plan), default=str), time.time(), pid),
             )
-            if cur.rowcount != 1:
+            if changed != 1:
                 raise Conflict(f"proposal {pid} is not pending")
         return self.get(pid)
 
     def set_verification(self, pid: str, verification: Mapping[str, Any]) -> QueuedProposal:
-        with self._tx() as db:
-            db.execute(
+        with self.backend.tx():
+            self.backend.run(
                 "UPDATE proposals SET verification=?, updated_at=? WHERE id=?",
                 (json.dumps(dict(verification), default=str), time.time(), pid),
             )
         return self.get(pid)
 
     def record_audit_head(self, seq: int, digest: str) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self.backend.tx():
+            self.backend.run(
                 "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, hash=excluded.hash "
                 "WHERE excluded.seq > audit_head.seq",
@@ -490,40 +433,41 @@ class Store:
         sent by another process (a claim older than `stale_after` seconds, whose sender
         died before marking it, is taken over)."""
         now = time.time()
-        with self._tx() as db:
-            cur = db.execute(
-                "INSERT INTO notices (proposal, notice, claimed_at) VALUES (?, ?, ?) "
-                "ON CONFLICT(proposal, notice) DO UPDATE SET claimed_at=excluded.claimed_at "
-                "WHERE notices.sent_at IS NULL AND notices.claimed_at < ?",
-                (pid, notice, now, now - stale_after),
+        with self.backend.tx():
+            return (
+                self.backend.run(
+                    "INSERT INTO notices (proposal, notice, claimed_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT(proposal, notice) DO UPDATE SET claimed_at=excluded.claimed_at "
+                    "WHERE notices.sent_at IS NULL AND notices.claimed_at < ?",
+                    (pid, notice, now, now - stale_after),
+                )
+                == 1
             )
-            return cur.rowcount == 1
 
     def notice_sent(self, pid: str, notice: str) -> None:
-        with self._tx() as db:
-            db.execute(
+        with self.backend.tx():
+            self.backend.run(
                 "UPDATE notices SET sent_at=? WHERE proposal=? AND notice=?",
                 (time.time(), pid, notice),
             )
 
     def release_notice(self, pid: str, notice: str) -> None:
         """A claimed notice that could not be delivered: due again at the next command."""
-        with self._tx() as db:
-            db.execute(
+        with self.backend.tx():
+            self.backend.run(
                 "DELETE FROM notices WHERE proposal=? AND notice=? AND sent_at IS NULL",
                 (pid, notice),
             )
 
     # ----------------------------------------------------------------------------- reading
-    def _read(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    def _read(self, sql: str, args: Sequence[Any] | dict[str, Any] = ()) -> list[dict[str, Any]]:
         """The rows of one query; a database error is a StoreError (DiskFullError)."""
-        try:
-            return self._db.execute(sql, args).fetchall()
-        except sqlite3.Error as exc:
-            raise self._error(exc) from exc
+        return self.backend.rows(sql, args)
 
     def sent_notices(self) -> set[tuple[str, str]]:
         """(proposal, notice) of every notice already sent."""
+        if "notices" not in self.backend.tables:  # a store of version 2, read as it is
+            return set()
         rows = self._read("SELECT proposal, notice FROM notices WHERE sent_at IS NOT NULL")
         return {(str(r["proposal"]), str(r["notice"])) for r in rows}
 
@@ -534,8 +478,8 @@ class Store:
     def get(self, pid: str) -> QueuedProposal:
         rows = self._read("SELECT * FROM proposals WHERE id = ?", (pid,))
         if not rows:
-            raise NotFound(f"no proposal {pid!r} in {self.path} (see `runbook approvals list`)")
-        return _row(rows[0])
+            raise NotFound(f"no proposal {pid!r} in {self.where} (see `runbook approvals list`)")
+        return _row(rows[0], self.approvals_of(pid))
 
     def list(self, *, states: tuple[str, ...] | None = None) -> list[QueuedProposal]:
         if states:
@@ -546,71 +490,120 @@ class Store:
             )
         else:
             rows = self._read("SELECT * FROM proposals ORDER BY created_at")
-        return [_row(r) for r in rows]
-
-    def _where(
-        self,
-        *,
-        states: tuple[str, ...] | None,
-        node: str | None,
-        kinds: tuple[str, ...] | None,
-        expired: bool | None,
-        now: float | None,
-    ) -> tuple[str, tuple[Any, ...]]:
-        """The WHERE clause of a page of the queue (page, count), and its arguments."""
-        clauses: list[str] = []
-        args: list[Any] = []
-        if states:
-            clauses.append(f"state IN ({','.join('?' * len(states))})")
-            args += states
-        if node:
-            clauses.append("node = ?")
-            args.append(node)
-        if kinds is not None:
-            clauses.append(f"kind IN ({','.join('?' * len(kinds))})" if kinds else "0")
-            args += kinds
-        if expired is not None:
-            clauses.append("expires_at <= ?" if expired else "expires_at > ?")
-            args.append(time.time() if now is None else now)
-        return (" WHERE " + " AND ".join(clauses)) if clauses else "", tuple(args)
+        approvals = self._approvals(None)
+        return [_row(r, approvals.get(str(r["id"]))) for r in rows]
 
     def page(
         self,
-        *,
-        states: tuple[str, ...] | None = None,
+        states: Sequence[str] | None,
         node: str | None = None,
-        kinds: tuple[str, ...] | None = None,
-        expired: bool | None = None,
-        now: float | None = None,
+        kind: str | None = None,
+        severity: str | None = None,
         offset: int = 0,
         limit: int = 50,
-        newest_first: bool = True,
+        *,
+        oldest_first: bool = False,
     ) -> list[QueuedProposal]:
-        """One page of the queue, filtered and paged by the database (the desk's queue page):
-        `kinds` () matches nothing; `expired` True: past their TTL, False: within it."""
-        where, args = self._where(states=states, node=node, kinds=kinds, expired=expired, now=now)
-        order = "DESC" if newest_first else "ASC"
+        """One page of the queue, newest first (`oldest_first`: the longest waiting first),
+        filtered in SQL on the indexes: `states` among STATES and `expired` (in a page,
+        `pending` is a pending proposal within its TTL, `expired` one past it), a node, a kind,
+        a severity (runbook.metrics.severity: critical, warning, info)."""
+        where, args = self._filters(states, node, kind, severity)
+        order = "ASC" if oldest_first else "DESC"
         rows = self._read(
-            f"SELECT * FROM proposals{where} ORDER BY created_at {order}, id LIMIT ? OFFSET ?",  # noqa: S608
-            (*args, max(limit, 0), max(offset, 0)),
+            f"SELECT * FROM proposals{where} ORDER BY created_at {order}, id {order} "  # noqa: S608
+            "LIMIT ? OFFSET ?",
+            (*args, max(0, int(limit)), max(0, int(offset))),
         )
-        return [_row(r) for r in rows]
+        approvals = self._approvals([str(r["id"]) for r in rows]) if rows else {}
+        return [_row(r, approvals.get(str(r["id"]))) for r in rows]
 
     def count(
         self,
-        *,
-        states: tuple[str, ...] | None = None,
+        states: Sequence[str] | None,
         node: str | None = None,
-        kinds: tuple[str, ...] | None = None,
-        expired: bool | None = None,
-        now: float | None = None,
+        kind: str | None = None,
+        severity: str | None = None,
     ) -> int:
-        """How many proposals `page` pages through with the same filters."""
-        where, args = self._where(states=states, node=node, kinds=kinds, expired=expired, now=now)
-        return int(self._read(f"SELECT COUNT(*) FROM proposals{where}", args)[0][0])  # noqa: S608
+        """How many proposals `page` would page through with the same filters."""
+        where, args = self._filters(states, node, kind, severity)
+        rows = self._read(f"SELECT COUNT(*) AS n FROM proposals{where}", args)  # noqa: S608
+        return int(rows[0]["n"])
+
+    @staticmethod
+    def _filters(
+        states: Sequence[str] | None, node: str | None, kind: str | None, severity: str | None
+    ) -> tuple[str, tuple[Any, ...]]:
+        from runbook import metrics
+
+        clauses: list[str] = []
+        args: list[Any] = []
+        if states:
+            unknown = [s for s in states if s not in (*STATES, EXPIRED)]
+            if unknown:
+                raise StoreError(
+                    f"unknown state {unknown[0]!r}: expected one of {', '.join((*STATES, EXPIRED))}"
+                )
+            now = time.time()
+            either: list[str] = []
+            plain = [s for s in states if s not in ("pending", EXPIRED)]
+            if plain:
+                either.append(f"state IN ({','.join('?' * len(plain))})")
+                args.extend(plain)
+            if "pending" in states and EXPIRED in states:
+                either.append("state = 'pending'")
+            elif "pending" in states:
+                either.append("(state = 'pending' AND expires_at >= ?)")
+                args.append(now)
+            elif EXPIRED in states:
+                either.append("(state = 'pending' AND expires_at < ?)")
+                args.append(now)
+            clauses.append("(" + " OR ".join(either) + ")")
+        if node:
+            clauses.append("node = ?")
+            args.append(node)
+        if kind:
+            clauses.append("kind = ?")
+            args.append(kind)
+        if severity:
+            critical = sorted(metrics.CRITICAL_CAUSES)
+            marks = ",".join("?" * len(critical)) or "NULL"
+            quiet = "(root_cause IS NULL OR root_cause IN ('', 'inconclusive', 'healthy'))"
+            if severity == "critical":
+                clauses.append(f"root_cause IN ({marks})")
+                args.extend(critical)
+            elif severity == "info":
+                clauses.append(quiet)
+            elif severity == "warning":
+                clauses.append(f"NOT {quiet} AND root_cause NOT IN ({marks})")
+                args.extend(critical)
+            else:
+                raise StoreError(
+                    f"unknown severity {severity!r}: expected one of "
+                    f"{', '.join(metrics.SEVERITIES)}"
+                )
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
+
+    def _approvals(self, pids: Sequence[str] | None) -> dict[str, list[str]]:
+        """pid → its approvers, first first (every proposal's with `pids` None)."""
+        if "approvals" not in self.backend.tables:  # an earlier schema, read as it is
+            return {}
+        if pids is None:
+            rows = self._read("SELECT proposal, approver FROM approvals ORDER BY at, approver")
+        else:
+            marks = ",".join("?" * len(pids))
+            rows = self._read(
+                "SELECT proposal, approver FROM approvals "  # noqa: S608
+                f"WHERE proposal IN ({marks}) ORDER BY at, approver",
+                tuple(pids),
+            )
+        out: dict[str, list[str]] = {}
+        for row in rows:
+            out.setdefault(str(row["proposal"]), []).append(str(row["approver"]))
+        return out
 
     def integrity_check(self) -> str:
-        return str(self._read("PRAGMA integrity_check")[0][0])
+        return self.backend.integrity_check()
 
     @staticmethod
     def _not_pending(p: QueuedProposal) -> str:

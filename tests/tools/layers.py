@@ -32,7 +32,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "runbook.cache_dir", "runbook.dataclass_cache",
             "runbook.signatures", "runbook.causal",
             "runbook.redacted_output", "runbook.timestamps", "runbook.data", "runbook.runbooks",
-            "runbook.not_run",
+            "runbook.not_run", "runbook.dburl",
         ),
     ),
     ("transports", ("runbook.transports",)),

@@ -204,14 +204,14 @@ def test_a_database_error_reading_or_writing_is_a_store_error(tmp_path):
 
     with Store(tmp_path / "a.db") as store:
         p, _ = _enqueue(store)
-        store._db.execute("DROP TABLE proposals")  # the schema gone behind the store's back
+        store.backend._db.execute("DROP TABLE proposals")  # the schema gone behind the store's back
         with pytest.raises(StoreError, match="no such table: proposals") as read:
             store.get(p.id)
         with pytest.raises(StoreError, match="no such table: proposals") as written:
             _enqueue(store, key="node-2:memory-limit-abc")
         assert isinstance(read.value.__cause__, sqlite3.Error)
         assert isinstance(written.value.__cause__, sqlite3.Error)
-        assert not store._db.in_transaction  # the failed write was rolled back
+        assert not store.backend._db.in_transaction  # the failed write was rolled back
 
 
 def test_expiry_is_visible(tmp_path):
