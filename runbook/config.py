@@ -128,6 +128,8 @@ class Config:
     #: what a command that sends no notice only warns about (a bad notify section: such a
     #: command is not stopped by a setting it does not use)
     warnings: tuple[str, ...] = ()
+    #: the web desk's section as written (runbook.desk.settings validates it when serving)
+    desk: Mapping[str, Any] = field(default_factory=dict)
     #: kinds that need a second person (runbook.remedies.two_person)
     two_person_kinds: tuple[str, ...] = ("node-drain",)
 
@@ -220,6 +222,7 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
         textfile_dir=Path(os.path.expanduser(str(textfile))) if textfile else None,
         two_person_kinds=tuple(two_person_kinds),
         **_notify_or_warning(raw, source, notifies=notifies),
+        desk=_mapping(raw.get("desk"), f"config {source}: desk"),
     )
 
 

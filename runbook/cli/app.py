@@ -80,7 +80,7 @@ def _register_subcommands() -> None:
     for name in (
         "runbook.cli.node", "runbook.cli.runbooks", "runbook.cli.demo", "runbook.cli.sweep",
         "runbook.cli.verify", "runbook.cli.resume", "runbook.cli.listing", "runbook.cli.npd",
-        "runbook.cli.setup",
+        "runbook.cli.setup", "runbook.cli.desk",
     ):
         try:
             module = importlib.import_module(name)

@@ -1,0 +1,11 @@
+"""The approval desk on the web (`runbook desk serve`; docs/desk.md).
+
+settings     the config's desk: section, validated (sign-in, proxies, rules)
+policy       who may decide what; a proposal's severity (pure)
+sessions     server-side sessions, CSRF tokens, the login rate limit
+auth         OpenID Connect (Authlib) and the trusted proxy header
+app          the Starlette app: security headers, sign-in routes, POST checks
+views        the pages: queue, proposal, audit; approve, deny, check mode, verify
+runs         approvals and checks in worker threads, their output for the page
+two_person_gate   the two-person rule before an approval runs
+"""

@@ -1,0 +1,241 @@
+"""Approvals and recovery checks started from the desk, each run in a worker thread.
+
+An approval on the page runs what `runbook approvals approve ID` runs, through the same
+`Desk.approve` (runbook.remedies.approval): the approver authorised, the proposal still
+pending and within its TTL, the evidence re-checked on the live node, the blast-radius guard
+of a drain, the claim (exactly one winner, across processes), check mode, the real run, what
+its kind reads after it. Its progress is printed by the CLI's own printers (task lines, the
+result, the recovery check's command) onto a console whose lines the proposal's page shows as
+they come. A recovery check runs `runbook verify`'s check (runbook.cli.verify_offer.run_now).
+
+Each worker opens its own Desk (an SQLite connection belongs to the thread that opened it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from runbook.desk.policy import Identity, Policy
+from runbook.errors import RunbookError
+from runbook.remedies.approval import Desk, Refused
+
+if TYPE_CHECKING:
+    from runbook.config import Config
+    from runbook.remedies.store import QueuedProposal
+
+log = logging.getLogger(__name__)
+
+
+class WebDesk(Desk):
+    """The approval desk acting for a person signed in on the web: who may decide is the
+    desk's policy (desk.allow: users or groups → kinds and severities), checked where the
+    CLI checks its approvers list, and refused the same way (audited; the proposal stays
+    pending). The actor recorded is `OSUSER as NAME`, as for `--as NAME`."""
+
+    def __init__(self, config: Config, identity: Identity, policy: Policy) -> None:
+        super().__init__(config)
+        self.identity = identity
+        self.policy = policy
+
+    def _authorise(
+        self, proposal: QueuedProposal, actor: str, as_user: str | None, action: str = "approve"
+    ) -> None:
+        why = self.policy.why_not(self.identity, proposal.kind, proposal.root_cause)
+        if why is None:
+            return
+        self.record(
+            "refused",
+            proposal.id,
+            actor,
+            {"reason": why, "action": action, "via": f"desk ({self.identity.via})"},
+        )
+        raise Refused(why)
+
+
+class _Lines:
+    """A file for a rich console: each complete line appended to the run's output."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            self.run.say(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@dataclass
+class Run:
+    """One approval (or recovery check) started here: its output so far and how it ended."""
+
+    pid: str
+    what: str  # approve | verify
+    by: str
+    started: float = field(default_factory=time.time)
+    lines: list[str] = field(default_factory=list)
+    finished: float | None = None
+    outcome: str | None = None  # succeeded | failed | refused | error
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def say(self, line: str) -> None:
+        from runbook.redact import redact
+
+        with self._lock:
+            self.lines.append(redact(line.rstrip()))
+
+    def output(self) -> list[str]:
+        with self._lock:
+            return list(self.lines)
+
+    @property
+    def running(self) -> bool:
+        return self.finished is None
+
+    def console(self) -> Console:
+        from runbook.output import PrintableConsole
+
+        return PrintableConsole(
+            file=_Lines(self), highlight=False, color_system=None, width=160, soft_wrap=True
+        )
+
+
+class Runs:
+    """The runs started by this desk process, newest per proposal; one at a time each."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, Run] = {}
+
+    def get(self, pid: str) -> Run | None:
+        with self._lock:
+            return self._runs.get(pid)
+
+    def start(self, run: Run, body: Callable[[Run], str]) -> Run:
+        """Run `body(run)` (it returns the outcome) in a worker thread; a run of the same
+        proposal still going is returned instead of starting another."""
+        with self._lock:
+            current = self._runs.get(run.pid)
+            if current is not None and current.running:
+                return current
+            self._runs[run.pid] = run
+
+        def work() -> None:
+            try:
+                run.outcome = body(run)
+            except RunbookError as exc:
+                run.say(exc.one_line())
+                run.outcome = "refused" if isinstance(exc, Refused) else "failed"
+            except Exception:
+                log.exception("desk run of %s", run.pid)
+                run.say("internal error: the desk's log has the details")
+                run.outcome = "error"
+            finally:
+                run.finished = time.time()
+
+        threading.Thread(target=work, name=f"desk-{run.what}-{run.pid}", daemon=True).start()
+        return run
+
+    def wait(self, pid: str, timeout: float) -> Run | None:
+        """For tests and shutdown: the run, once finished (or the timeout passed)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            run = self.get(pid)
+            if run is None or not run.running:
+                return run
+            time.sleep(0.05)
+        return self.get(pid)
+
+
+def approve(config: Config, policy: Policy, who: Identity) -> Callable[[Run], str]:
+    """The body of an approval: `runbook approvals approve ID`, step for step."""
+
+    def body(run: Run) -> str:
+        from runbook.cli.approvals import report_execution, task_printer
+        from runbook.cli.verify_offer import offer_verification
+        from runbook.remedies import live
+
+        console = run.console()
+        with WebDesk(config, who, policy) as desk:
+            p = desk.store.get(run.pid)
+            recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
+                "replay://"
+            )
+            console.print(
+                f"approving {p.id} ({p.kind} on {p.node})"
+                + ("; re-checking the node first" if recheckable else "")
+            )
+            execution = desk.approve(
+                run.pid,
+                as_user=who.name,
+                recheck=recheckable,
+                recheck_fn=live.recheck,
+                guard_fn=live.drain_guard,
+                on_task=task_printer(console),
+                identity=who.name,  # the two-person rule's approver: the signed-in person
+            )
+            report_execution(console, execution)
+            if execution.ok:
+                offer_verification(
+                    console, desk, execution.proposal, interactive=False, as_user=who.name
+                )
+            return execution.proposal.state
+
+    return body
+
+
+def verify(config: Config, policy: Policy, who: Identity) -> Callable[[Run], str]:
+    """The body of a recovery check: what `runbook verify ID` runs on the proposal's node."""
+
+    def body(run: Run) -> str:
+        from runbook.cli.verify_offer import run_now
+        from runbook.remedies import plans
+        from runbook.verify.record import verifiable
+
+        console = run.console()
+        with WebDesk(config, who, policy) as desk:
+            p = desk.store.get(run.pid)
+            why = policy.why_not(who, p.kind, p.root_cause) or verifiable(p)
+            if why:
+                raise Refused(why)
+            target = plans.Target.from_dict(p.target) if p.target else None
+            if target is None or not target.live:
+                raise Refused(
+                    f"proposal {p.id} came from a recorded bundle: there is no live "
+                    "node to check (run `runbook verify` naming the node)"
+                )
+            console.print(f"recovery check of {p.id} on {p.node}")
+            run_now(console, desk, p, target, as_user=who.name)
+            done = desk.store.get(run.pid)
+            return str((done.verification or {}).get("status") or "not run")
+
+    return body
+
+
+def describe(run: Run | None) -> dict[str, Any] | None:
+    if run is None:
+        return None
+    return {
+        "what": run.what,
+        "by": run.by,
+        "running": run.running,
+        "outcome": run.outcome,
+        "lines": run.output(),
+        "started": run.started,
+        "finished": run.finished,
+    }

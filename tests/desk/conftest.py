@@ -1,0 +1,178 @@
+"""Fixtures of the desk's tests: a real OpenID Connect provider (tests/desk/oidc_provider.py)
+and the real `runbook desk serve` (uvicorn) on 127.0.0.1, each in its own process, stopped at
+the end; the approval store is real SQLite under the test's directory.
+
+* ``oidc_provider`` (module): the provider's base URL;
+* ``desk_factory`` (function): ``desk_factory(config_extra=..., env=...)`` starts a desk and
+  returns a :class:`DeskServer` (its URL, config, store and a client that speaks to it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.integration.conftest import cli_env
+
+HERE = Path(__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait(url: str, proc: subprocess.Popen[Any], what: str, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            err = proc.stderr.read() if proc.stderr else ""
+            raise RuntimeError(f"{what} exited {proc.returncode}: {err[-2000:]}")
+        try:
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not answer {url} in {timeout} s")
+
+
+def _stop(proc: subprocess.Popen[Any]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    for stream in (proc.stdout, proc.stderr):
+        if stream:
+            stream.close()
+
+
+@pytest.fixture(scope="module")
+def oidc_provider() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "oidc_provider.py"), str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait(url + "/.well-known/openid-configuration", proc, "the OIDC provider")
+        yield url
+    finally:
+        _stop(proc)
+
+
+ALLOW = [
+    {"groups": ["gpu-oncall"], "kinds": ["*"]},
+    {"groups": ["sre-readers"]},  # may read, not decide
+]
+
+
+@dataclass
+class DeskServer:
+    url: str
+    root: Path
+    config: Path
+    env: dict[str, str]
+    proc: subprocess.Popen[Any]
+    clients: list[httpx.Client] = field(default_factory=list)
+
+    @property
+    def db(self) -> Path:
+        return self.root / "state" / "approvals.db"
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        client = httpx.Client(base_url=self.url, timeout=30.0, **kwargs)
+        self.clients.append(client)  # closed when the server stops
+        return client
+
+    def log(self) -> str:
+        return Path(self.root / "desk.log").read_text(errors="replace")[-4000:]
+
+
+@pytest.fixture
+def desk_factory(tmp_path: Path) -> Iterator[Any]:
+    started: list[DeskServer] = []
+
+    def start(desk: dict[str, Any], *, insecure: bool = True, extra_env: dict[str, str] | None
+              = None, args: tuple[str, ...] = ()) -> DeskServer:  # fmt: skip
+        port = free_port()
+        root = tmp_path / f"desk-{len(started)}"
+        root.mkdir()
+        url = f"http://127.0.0.1:{port}"
+        config = root / "config.yaml"
+        config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}}))
+        env = {**cli_env(root), **(extra_env or {})}
+        env.pop("AUTHLIB_INSECURE_TRANSPORT", None)
+        log = (root / "desk.log").open("w")
+        argv = [
+            sys.executable,
+            "-m",
+            "runbook",
+            "desk",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--config",
+            str(config),
+            *(["--insecure-http"] if insecure else []),
+            *args,
+        ]
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+        log.close()  # the server process holds its own copy of the file
+        server = DeskServer(url, root, config, env, proc)
+        started.append(server)
+        try:
+            _wait(url + "/healthz", proc, "the desk")
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc}\n{server.log()}") from None
+        return server
+
+    yield start
+    for server in started:
+        for client in server.clients:
+            client.close()
+        _stop(server.proc)
+
+
+def oidc_desk(provider: str, **more: Any) -> dict[str, Any]:
+    return {"oidc": {"issuer": provider, "client_id": "runbook-desk", "client_secret": "s3cret"},
+            "allow": ALLOW, **more}  # fmt: skip
+
+
+@pytest.fixture
+def sign_in() -> Any:
+    """``sign_in(server, "alice")``: an httpx client signed in through the provider's form."""
+
+    def run(server: DeskServer, sub: str) -> httpx.Client:
+        client = server.client(follow_redirects=False)
+        start = client.get("/login/start")
+        assert start.status_code == 302, start.text
+        at_provider = start.headers["location"]
+        form = httpx.post(at_provider, data={"sub": sub}, follow_redirects=False, timeout=30)
+        assert form.status_code in (302, 303), form.text[:500]
+        back = client.get(form.headers["location"])
+        assert back.status_code == 303, back.text[:2000]
+        return client
+
+    return run
+
+
+os.environ.setdefault("NO_PROXY", "127.0.0.1,localhost")
