@@ -293,6 +293,13 @@ class Verdict:
         return [e for e in value if isinstance(e, dict)] if isinstance(value, list) else []
 
     @property
+    def stalled_ranks(self) -> list[dict[str, Any]]:
+        """A hang's ranks that never entered the collective (DESIGN §5, optional): rank, node,
+        since, stack."""
+        value = self.extra.get("stalled_ranks")
+        return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
+
+    @property
     def is_finding(self) -> bool:
         """The verdict names a root cause (neither healthy nor inconclusive)."""
         return self.root_cause not in ("healthy", "inconclusive")

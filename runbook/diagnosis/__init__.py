@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from runbook import templating
+from runbook import hang, templating
 from runbook import verdict as typed
 from runbook.causal import causal_order, parse_time
 from runbook.conductor import Conductor, RuleFinding, StageStatus
@@ -486,7 +486,11 @@ def build_verdict(
             for s in runbook.stages
         ),
         proposals=tuple(typed.Proposal.from_json(p, p["id"]) for p in proposals),
-        extra={"timeline": build_timeline(conductor, local)},
+        extra={
+            "timeline": build_timeline(conductor, local),
+            # a hang's stalled ranks (rank, node, since, stack), when the walk read them
+            **hang.verdict_fields((r.facts for r in walked), root_cause),
+        },
     )
     # a credential a log line carried never reaches a verdict, a report or a sweep result
     return typed.Verdict.from_json(redact_data(verdict.to_json()))

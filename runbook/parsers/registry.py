@@ -51,6 +51,8 @@ BUILTIN: dict[str, str] = {
     "kube": "kube", "nccl_log": "nccl_log", "nccl_tests": "nccl_tests",
     "nvidia_smi": "nvidia_smi", "procmem": "procmem", "rdma": "rdma",
     "nccl_recovery": "verify_collective", "dcgm": "dcgm", "dcgm_diag": "dcgm_diag",
+    "flight_recorder": "flight_recorder", "pyspy": "pyspy", "ncclras": "ncclras",
+    "watchdog": "watchdog", "hang": "hang_state",
 }  # fmt: skip
 
 
