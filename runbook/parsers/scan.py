@@ -18,7 +18,6 @@ the file-backed evidence it is given.
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -124,27 +123,55 @@ class Tallied:
 class Tally:
     """Lines of a kind a storm repeats by the hundred thousand (a corrected PCIe AER report),
     counted per key instead of handed on one by one: `pattern` (bytes, one group: the key) is
-    searched over each block at C speed (`findall`, then `Counter`), and only the first and
+    searched over each block at C speed (`finditer`, a count per key), and only the first and
     last line of each key are decoded. A line the pattern matches is not a candidate unless a
     keyword or a window picks it too; the parser then recognises it and leaves it to the tally.
     After iteration, `found` holds a Tallied per key (str), in the order first seen.
 
-    Measured over 48 MiB of a corrected-AER storm (39,200 reports): `findall` 34 ms, the
-    `Counter` 2 ms; decoding and parsing those 157,000 lines one by one took 5 s."""
+    Measured over 48 MiB of a corrected-AER storm (39,200 reports): `findall` 34 ms and a
+    `Counter` 2 ms; decoding and parsing those 157,000 lines one by one took 5 s.
+
+    Where each key's first and last line lie comes from the same pass that counts them (one
+    `finditer` over the block; its matches in a list, mapped in C, was slower): a search per
+    key per block for its first and last line cost 32× grep in a storm whose device changes
+    along the log. The lines' numbers are counted by the scanner in its one pass over the
+    block (`locate` names the line starts, `commit` takes their numbers)."""
 
     def __init__(self, pattern: bytes) -> None:
         self.pattern = re.compile(pattern)
         self.found: dict[str, Tallied] = {}
+        #: the block being scanned: key -> [count, first match's offset, last match's offset]
+        self._pending: dict[bytes, list[int]] = {}
+        #: the line (start, end) around each offset _pending names
+        self._spans: dict[int, tuple[int, int]] = {}
 
-    def scan(self, data: bytes | bytearray, lo: int, hi: int, base: int, after: int) -> None:
-        """Count the matching lines of data[lo:hi] (whole lines; `base` numbers the first,
-        `after` the line just past hi)."""
-        keys = self.pattern.findall(data, lo, hi)
-        if not keys:
-            return
-        for key, count in Counter(keys).items():
-            first = self._line(data, lo, hi, key, base, last=False)
-            last = self._line(data, lo, hi, key, after, last=True)
+    def locate(self, data: bytes | bytearray, lo: int, hi: int) -> list[int]:
+        """Count the matching lines of data[lo:hi] (whole lines) per key and find each key's
+        first and last line; the starts of those lines, in order (their numbers are wanted)."""
+        pending: dict[bytes, list[int]] = {}
+        for match in self.pattern.finditer(data, lo, hi):
+            at = match.start()
+            seen = pending.get(match.group(1))
+            if seen is None:
+                pending[match.group(1)] = [1, at, at]
+            else:
+                seen[0] += 1
+                seen[2] = at
+        self._pending = pending
+        self._spans = {}
+        for _count, first, last in pending.values():
+            for at in (first, last):
+                if at not in self._spans:
+                    start = data.rfind(b"\n", lo, at) + 1 or lo
+                    end = data.find(b"\n", at, hi)
+                    self._spans[at] = (start, hi if end < 0 else end)
+        return sorted({start for start, _end in self._spans.values()})
+
+    def commit(self, data: bytes | bytearray, numbers: Mapping[int, int]) -> None:
+        """Record the block `locate` read, given the number of each line start it named."""
+        for key, (count, first_at, last_at) in self._pending.items():
+            first = self._line(data, first_at, numbers)
+            last = self._line(data, last_at, numbers)
             name = _decode(key)
             seen = self.found.get(name)
             if seen is None:
@@ -152,33 +179,13 @@ class Tally:
             else:
                 seen.count += count
                 seen.last = last
+        self._pending, self._spans = {}, {}
 
     def _line(
-        self, data: bytes | bytearray, lo: int, hi: int, key: bytes, base: int, *, last: bool
+        self, data: bytes | bytearray, at: int, numbers: Mapping[int, int]
     ) -> tuple[int, str]:
-        """The number and text of the first (or last) line in data[lo:hi] whose match is `key`
-        (found by the key's bytes, then checked against the pattern: the key may also stand
-        on lines the pattern does not match). `base` numbers the line at lo — or, for the
-        last, the line just past hi: its number is counted back from there (the block's
-        newlines are not counted again from its start)."""
-        start, end = lo, hi
-        while True:
-            i = data.rfind(key, start, end) if last else data.find(key, start, end)
-            if i < 0:  # pragma: no cover - findall saw the key in this range
-                raise AssertionError("a tallied key vanished")
-            line_start = data.rfind(b"\n", lo, i) + 1 or lo
-            line_end = data.find(b"\n", i, hi)
-            line_end = hi if line_end < 0 else line_end
-            if any(m == key for m in self.pattern.findall(data, line_start, line_end)):
-                if last:
-                    number = base - data.count(b"\n", line_start, hi)
-                else:
-                    number = base + data.count(b"\n", lo, line_start)
-                return number, _decode(data[line_start:line_end])
-            if last:
-                end = line_start
-            else:
-                start = line_end + 1
+        start, end = self._spans[at]
+        return numbers[start], _decode(data[start:end])
 
 
 class candidates:
@@ -228,24 +235,32 @@ class candidates:
         self.total = self._base - 1
 
     def _scan(self, data: bytes | bytearray, lo: int, hi: int) -> Iterator[tuple[int, str]]:
-        """The whole lines of data[lo:hi] (hi just after a newline)."""
-        base = self._base
+        """The whole lines of data[lo:hi] (hi just after a newline). Lines are numbered by one
+        walk over the block that counts each newline once: from one wanted line (a candidate,
+        a line of a window, a tallied line) to the next."""
         if self.first is None:
             self.first = _decode(data[lo : data.find(b"\n", lo, hi)])
         self.last = _decode(data[data.rfind(b"\n", lo, hi - 1) + 1 : hi - 1])
-        starts = sorted(
-            {data.rfind(b"\n", lo, i) + 1 or lo for i in self._finder.offsets(data, lo, hi)}
-        )
+        starts = {data.rfind(b"\n", lo, i) + 1 or lo for i in self._finder.offsets(data, lo, hi)}
+        marks = set(self.tally.locate(data, lo, hi)) if self.tally is not None else set()
+        numbers: dict[int, int] = {}  # a tallied line's start -> its number
         position, number = lo, self._base
-        for start in starts:
+        for start in sorted(starts | marks):
             if start < position:
                 continue  # already yielded inside a window
             # the window of an earlier line may cover lines before this one
             while number <= self._extend_to and position < start:
                 end = data.find(b"\n", position, hi)
+                if position in marks:
+                    numbers[position] = number
                 yield number, _decode(data[position:end])
                 position, number = end + 1, number + 1
             number += data.count(b"\n", position, start)
+            position = start
+            if start in marks:
+                numbers[start] = number
+            if start not in starts:
+                continue  # a tallied line only: counted, not handed on
             end = data.find(b"\n", start, hi)
             line = data[start:end]
             window = max((n for key, n in self._after.items() if key in line), default=0)
@@ -257,5 +272,5 @@ class candidates:
             yield number, _decode(data[position:end])
             position, number = end + 1, number + 1
         self._base = number + data.count(b"\n", position, hi)
-        if self.tally is not None:  # the block is still valid here; both ends' numbers known
-            self.tally.scan(data, lo, hi, base, self._base)
+        if self.tally is not None:  # the block is still valid here
+            self.tally.commit(data, numbers)
