@@ -70,6 +70,12 @@ class TargetSpec:
     nsenter: int | None = None
     kubectl: str = "kubectl"
     kube_context: str | None = None
+    #: `kubectl://node/NAME`: where the node agent is looked for
+    agent_namespace: str = "kube-system"
+    agent_selector: str = "app=node-agent"
+    #: `kubectl-debug://NODE`: the debug pod's image and namespace (None: configured/default)
+    debug_image: str | None = None
+    debug_namespace: str | None = None
 
     @classmethod
     def from_flags(cls, url: str, flags: Mapping[str, Any]) -> TargetSpec:
@@ -85,6 +91,10 @@ class TargetSpec:
             nsenter=flags.get("nsenter"),
             kubectl=flags.get("kubectl") or "kubectl",
             kube_context=flags.get("kube_context"),
+            agent_namespace=flags.get("agent_namespace") or "kube-system",
+            agent_selector=flags.get("agent_selector") or "app=node-agent",
+            debug_image=flags.get("debug_image"),
+            debug_namespace=flags.get("debug_namespace"),
         )
 
     @classmethod
@@ -103,6 +113,10 @@ class TargetSpec:
             nsenter=target.get("nsenter"),
             kubectl=target.get("kubectl") or "kubectl",
             kube_context=target.get("kube_context"),
+            agent_namespace=target.get("agent_namespace") or "kube-system",
+            agent_selector=target.get("agent_selector") or "app=node-agent",
+            debug_image=target.get("debug_image"),
+            debug_namespace=target.get("debug_namespace"),
         )
 
     def options(self) -> TargetOptions:
@@ -118,7 +132,23 @@ class TargetSpec:
             nsenter=self.nsenter,
             kubectl=self.kubectl,
             kube_context=self.kube_context,
+            agent_namespace=self.agent_namespace,
+            agent_selector=self.agent_selector,
+            debug_image=self.debug_image,
+            debug_namespace=self.debug_namespace,
         )
+
+    def kube_settings(self) -> dict[str, str]:
+        """What run.json keeps besides the target's record for a resumed run to reach the
+        node the same way: the agent's namespace and selector, the debug pod's image and
+        namespace, where they are not the defaults."""
+        kept = {
+            "agent_namespace": (self.agent_namespace, "kube-system"),
+            "agent_selector": (self.agent_selector, "app=node-agent"),
+            "debug_image": (self.debug_image, None),
+            "debug_namespace": (self.debug_namespace, None),
+        }
+        return {key: value for key, (value, default) in kept.items() if value and value != default}
 
     def check_scheme(self) -> None:
         """An unknown scheme is a UsageError before anything starts."""
@@ -294,7 +324,7 @@ def start_run(
         # what `runbook resume` needs to walk the same runbook over the same target (no secret)
         record = new_record(
             runbook_file,
-            target.record().as_dict(),
+            {**target.record().as_dict(), **target.kube_settings()},
             variables,
             accept_new_host_keys=target.accept_new_host_keys,
             db=for_record(options.db),  # a URL kept without its password
@@ -565,6 +595,9 @@ class HostAccess:
     nsenter: int | None = None
     kubectl: str = "kubectl"
     kube_context: str | None = None
+    #: kubectl-debug:// nodes: the debug pod's image and namespace (None: configured/default)
+    debug_image: str | None = None
+    debug_namespace: str | None = None
 
     @classmethod
     def from_flags(cls, flags: Mapping[str, Any]) -> HostAccess:
@@ -578,6 +611,8 @@ class HostAccess:
             nsenter=flags.get("nsenter"),
             kubectl=flags.get("kubectl") or "kubectl",
             kube_context=flags.get("kube_context"),
+            debug_image=flags.get("debug_image"),
+            debug_namespace=flags.get("debug_namespace"),
         )
 
     def host_options(
@@ -602,6 +637,8 @@ class HostAccess:
             kubectl=self.kubectl,
             kube_context=self.kube_context,
             nsenter=self.nsenter,
+            debug_image=self.debug_image,
+            debug_namespace=self.debug_namespace,
             keep_dir=keep_dir,
             **ssh_config_options(self.ssh_config),
         )
@@ -622,6 +659,8 @@ class JobRequest:
     ssh_user: str = "root"
     agent_namespace: str = "kube-system"
     agent_selector: str = "app=node-agent"
+    #: each Kubernetes node through a debug pod made for the run (kubectl-debug://NODE)
+    kube_debug: bool = False
     forks: int = 32
     timeout_per_host: float = 120.0
     variables: Mapping[str, Any] = field(default_factory=dict)
@@ -665,6 +704,7 @@ def diagnose_job(
         kubectl=access.kubectl,
         kube_context=access.kube_context,
         target_options=target_options,
+        kube_debug=request.kube_debug,
     )
     # every node's own variables (its pod, its ranks) win over the job-wide --var
     options = access.host_options(runbook, {}, timeout_per_host=request.timeout_per_host)
@@ -707,6 +747,8 @@ class SweepRequest:
     kube_namespace: str = "kube-system"
     agent_selector: str = "app=node-agent"
     agent_container: str | None = None
+    #: each node through a debug pod made for the sweep (kubectl-debug://NODE), no agent
+    kube_debug: bool = False
     forks: int = 16
     timeout_per_host: float = 120.0
     report_dir: Path | None = None
@@ -721,6 +763,8 @@ class SweepRequest:
         """A request that cannot run is a UsageError before anything starts."""
         if bool(self.inventory) == bool(self.kube_selector):
             raise UsageError("give one host source: --inventory/-i or --kube-selector")
+        if self.kube_debug and not self.kube_selector:
+            raise UsageError("--kube-debug reaches the nodes --kube-selector selects: give it")
         if self.limit and not self.inventory:
             raise UsageError(
                 "--limit selects from an Ansible inventory; with --kube-selector, "
@@ -858,6 +902,7 @@ def _sweep_entries(
         kubectl=request.access.kubectl,
         context=request.access.kube_context,
         timeout=request.inventory_timeout,
+        debug=request.kube_debug,
     )
 
 

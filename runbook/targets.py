@@ -1,5 +1,7 @@
 """`--target` strings to transports: `local`, `ssh://[user@]host[:port]`, `kubectl://NS/POD`,
-`replay://BUNDLE`; `--nsenter[=PID]` wraps any of them. An ssh host may be a name from the
+`kubectl://node/NAME` (the node agent on node NAME), `kubectl-debug://NODE` (a debug pod made
+for the run on NODE, deleted after it), `replay://BUNDLE`; `--nsenter[=PID]` wraps ssh and local
+(it sets the PID the kubectl targets enter). An ssh host may be a name from the
 user's ssh config (transports/ssh_config.py), as with `ssh NAME`."""
 
 from __future__ import annotations
@@ -29,6 +31,14 @@ class TargetOptions:
     kubectl: str = "kubectl"
     kube_context: str | None = None
     container: str | None = None
+    #: where `kubectl://node/NAME` looks for the node agent
+    agent_namespace: str = "kube-system"
+    agent_selector: str = "app=node-agent"
+    #: `kubectl-debug://`: image and namespace of the debug pod (None: the configured or
+    #: default ones, transports/kube_debug.py), seconds to wait for it to run
+    debug_image: str | None = None
+    debug_namespace: str | None = None
+    debug_timeout: float | None = None
     extra: dict[str, str] = field(default_factory=dict)
 
 
@@ -53,16 +63,25 @@ def effective_config_path(given: str | None) -> str:
     return str(Path(path).expanduser().resolve())
 
 
+SCHEMES = ("ssh", "kubectl", "kubectl-debug", "replay")
+
+
 def scheme_of(target: str) -> str:
     if target == "local":
         return "local"
-    for scheme in ("ssh", "kubectl", "replay"):
+    for scheme in SCHEMES:
         if target.startswith(f"{scheme}://"):
             return scheme
     raise UsageError(
         f"unknown target {target!r}: use local, ssh://[user@]host[:port], "
-        "kubectl://NAMESPACE/POD or replay://BUNDLE"
+        "kubectl://NAMESPACE/POD, kubectl://node/NODE, kubectl-debug://NODE or replay://BUNDLE"
     )
+
+
+def agent_node(rest: str) -> str | None:
+    """The node of `kubectl://node/NAME` (the part after `kubectl://`), else None."""
+    parts = rest.strip("/").split("/")
+    return parts[1] if len(parts) == 2 and parts[0] == "node" and parts[1] else None
 
 
 def open_target(target: str, options: TargetOptions | None = None) -> Transport:
@@ -96,12 +115,43 @@ def open_target(target: str, options: TargetOptions | None = None) -> Transport:
     elif scheme == "kubectl":
         from runbook.transports.nsenter import KubectlTransport, parse_kubectl_target
 
-        namespace, pod = parse_kubectl_target(rest)
+        node = agent_node(rest)
+        if node is not None:
+            from runbook.transports.kube_agent import find_agent
+
+            namespace = options.agent_namespace
+            pod = find_agent(
+                node,
+                namespace=namespace,
+                selector=options.agent_selector,
+                kubectl=options.kubectl,
+                context=options.kube_context,
+            )
+        else:
+            namespace, pod = parse_kubectl_target(rest)
         # the node agent is entered with nsenter always; --nsenter only changes the PID
-        return KubectlTransport(
+        kubectl_transport = KubectlTransport(
             namespace,
             pod,
             container=options.container,
+            context=options.kube_context,
+            kubectl=options.kubectl,
+            nsenter_pid=options.nsenter or 1,
+            description=f"kubectl://node/{node} ({namespace}/{pod})" if node else None,
+        )
+        kubectl_transport.node_name = node
+        return kubectl_transport
+    elif scheme == "kubectl-debug":
+        from runbook.transports import kube_debug
+
+        node = rest.strip("/")
+        if not node or "/" in node:
+            raise UsageError(f"kubectl-debug target must be kubectl-debug://NODE, not {target}")
+        return kube_debug.DebugPodTransport(
+            node,
+            debug=kube_debug.settings(
+                options.debug_image, options.debug_namespace, options.debug_timeout
+            ),
             context=options.kube_context,
             kubectl=options.kubectl,
             nsenter_pid=options.nsenter or 1,

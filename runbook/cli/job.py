@@ -45,6 +45,7 @@ def run_job_command(
         ssh_user=job_kw["ssh_user"],
         agent_namespace=job_kw["agent_namespace"],
         agent_selector=job_kw["agent_selector"],
+        kube_debug=job_kw["kube_debug"],
         forks=job_kw["forks"],
         timeout_per_host=job_kw["timeout_per_host"],
         variables=parse_vars(var_items),

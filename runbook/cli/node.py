@@ -37,7 +37,8 @@ from runbook.output import count, output_console, verbosity
 @click.option(
     "--target",
     "-t",
-    help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | replay://BUNDLE",
+    help="local | ssh://[user@]host[:port] | kubectl://NAMESPACE/POD | kubectl://node/NODE | "
+    "kubectl-debug://NODE | replay://BUNDLE",
 )
 @click.option(
     "--var",
@@ -115,7 +116,9 @@ def run(
         return
     if not target:
         raise UsageError("give --target (one node), or --job/--hosts-from-file (a whole job)")
-    spec = TargetSpec.from_flags(target, kw)
+    # kubectl://node/NAME looks for the node agent where --agent-namespace/-selector say
+    agent = {key: job_kw[key] for key in ("agent_namespace", "agent_selector")}
+    spec = TargetSpec.from_flags(target, {**kw, **agent})
     spec.check_scheme()  # an unknown scheme is a usage error before anything starts
     variables = apply_job_context(parse_vars(var_items), context)
     cfg = load_config(ctx, db=db)

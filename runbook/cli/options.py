@@ -301,6 +301,8 @@ TARGET_KEYS = (
     "nsenter",
     "kubectl",
     "kube_context",
+    "debug_image",
+    "debug_namespace",
 )
 
 
@@ -359,6 +361,21 @@ def target_options(func: F) -> F:
             help="kubectl binary for kubectl:// targets.",
         ),
         click.option("--context", "kube_context", help="kubectl context for kubectl:// targets."),
+        click.option(
+            "--debug-image",
+            metavar="IMAGE",
+            envvar="RUNBOOK_DEBUG_IMAGE",
+            help="Image of the debug pod of kubectl-debug:// targets (needs sh, nsenter and "
+            "setsid; default: kubernetes.debug_image in the config, else "
+            "docker.io/library/debian:bookworm-slim).",
+        ),
+        click.option(
+            "--debug-namespace",
+            metavar="NAMESPACE",
+            envvar="RUNBOOK_DEBUG_NAMESPACE",
+            help="Namespace of the debug pod of kubectl-debug:// targets (default: "
+            "kubernetes.debug_namespace in the config, else default).",
+        ),
     ]
     for decorator in reversed(decorators):
         func = decorator(func)
@@ -396,6 +413,7 @@ JOB_KEYS = (
     "ssh_user",
     "agent_namespace",
     "agent_selector",
+    "kube_debug",
     "forks",
     "timeout_per_host",
 )
@@ -446,6 +464,12 @@ def job_option_decorators() -> list[Any]:
             default="app=node-agent",
             show_default=True,
             help="Label selector of the node-agent pods (Kubernetes jobs).",
+        ),
+        click.option(
+            "--kube-debug",
+            is_flag=True,
+            help="Reach each node of a Kubernetes job through a debug pod made for the run "
+            "(kubectl-debug://NODE, deleted after it) instead of its node agent.",
         ),
         click.option(
             "--forks",

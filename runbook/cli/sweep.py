@@ -108,6 +108,12 @@ def _progress(title: str) -> Any:
 )
 @click.option("--agent-container", help="Container of the node-agent pod to exec into.")
 @click.option(
+    "--kube-debug",
+    is_flag=True,
+    help="With --kube-selector: reach each node through a debug pod made for it "
+    "(kubectl-debug://NODE, deleted after it) instead of its node agent.",
+)
+@click.option(
     "--forks",
     type=click.IntRange(1, 1024),
     default=16,
@@ -254,6 +260,7 @@ _REQUEST_KEYS = (
     "kube_namespace",
     "agent_selector",
     "agent_container",
+    "kube_debug",
     "forks",
     "timeout_per_host",
     "keep_bundles",

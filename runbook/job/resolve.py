@@ -91,6 +91,7 @@ def resolve_job(
     agent_selector: str = "app=node-agent",
     agent_container: str | None = None,
     timeout: float = 60.0,
+    kube_debug: bool = False,
 ) -> JobSpec:
     """The job `ref` names (or the hosts file `hosts_file`), resolved to its ranks and nodes.
 
@@ -116,6 +117,7 @@ def resolve_job(
                 agent_selector=agent_selector,
                 agent_container=agent_container,
                 timeout=timeout,
+                debug=kube_debug,
             )
     else:
         kind, name = "hosts", str(hosts_file)

@@ -229,6 +229,7 @@ def job_spec_from_kube(
     agent_selector: str = "app=node-agent",
     agent_container: str | None = None,
     context: str | None = None,
+    debug: bool = False,
 ) -> JobSpec:
     """Pure: the workload, its pods and the node-agent pods (`kubectl get … -o json`) → the
     JobSpec. Raises JobError when no pod of the job is on a node."""
@@ -248,6 +249,7 @@ def job_spec_from_kube(
         agent_selector=agent_selector,
         container=agent_container,
         context=context,
+        debug=debug,
     )
     nodes = _job_nodes(entries, by_node, namespace)
     return JobSpec(
@@ -295,8 +297,10 @@ def resolve_kube_job(
     agent_selector: str = "app=node-agent",
     agent_container: str | None = None,
     timeout: float = 60.0,
+    debug: bool = False,
 ) -> JobSpec:
-    """Read the workload, its pods and the node agents through kubectl; see the module
+    """Read the workload, its pods and the node agents through kubectl (`debug`: no agents;
+    each node through a debug pod, kubectl-debug://NODE); see the module
     docstring. Every failure is one line: a JobError, or an UnreachableError (exit 3, as a
     `kubectl://` target says it) when the cluster cannot be reached."""
     spec = kube_kind(kind)
@@ -330,10 +334,14 @@ def resolve_kube_job(
             break
     else:
         raise JobError(f"{ref} has no pods (selector {' | '.join(tried)})")
-    agents = _kubectl(
-        [*base, "get", "pods", "-n", agent_namespace, "-l", agent_selector, "-o", "json"],
-        "pods",
-        timeout,
+    agents = (
+        {"items": []}
+        if debug
+        else _kubectl(
+            [*base, "get", "pods", "-n", agent_namespace, "-l", agent_selector, "-o", "json"],
+            "pods",
+            timeout,
+        )
     )
     return job_spec_from_kube(
         spec.kind,
@@ -345,4 +353,5 @@ def resolve_kube_job(
         agent_selector=agent_selector,
         agent_container=agent_container,
         context=context,
+        debug=debug,
     )

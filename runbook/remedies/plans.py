@@ -210,9 +210,19 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
         # resolved as the run resolved it, every setting handed to ssh (runbook/remedies/reach.py)
         host = reach.ansible_host_vars(reach.resolve(target))
     elif scheme == "kubectl":
+        from runbook.targets import agent_node
         from runbook.transports.nsenter import parse_kubectl_target
 
-        namespace, pod = parse_kubectl_target(target.url.split("://", 1)[1])
+        rest = target.url.split("://", 1)[1]
+        node = agent_node(rest)
+        if node is not None:  # kubectl://node/NAME: the agent pod on that node now
+            from runbook.transports.kube_agent import AGENT_NAMESPACE, find_agent
+
+            namespace = AGENT_NAMESPACE
+            pod = find_agent(node, kubectl=target.kubectl or "kubectl",
+                             context=target.kube_context)  # fmt: skip
+        else:
+            namespace, pod = parse_kubectl_target(rest)
         host = {
             "ansible_connection": "kubernetes.core.kubectl",
             "ansible_kubectl_namespace": namespace,
@@ -220,6 +230,11 @@ def node_inventory(name: str, target: Target) -> dict[str, Any]:
         }
         if target.kube_context:
             host["ansible_kubectl_context"] = target.kube_context
+    elif scheme == "kubectl-debug":
+        raise PlanError(
+            f"{target.url}: the run's debug pod was deleted when it ended; run the approved "
+            "plan through the node agent (kubectl://node/NAME) or ssh:// to the node"
+        )
     else:
         raise PlanError(f"no live node to run on ({target.url}): re-run against the node itself")
     return _inventory_of(name, host)

@@ -141,6 +141,9 @@ class HostOptions:
     kubectl: str = "kubectl"
     kube_context: str | None = None
     nsenter: int | None = None
+    #: kubectl-debug:// hosts: the debug pod's image and namespace (None: configured/default)
+    debug_image: str | None = None
+    debug_namespace: str | None = None
     #: keep each host's run directory (events, bundle, verdict) under here
     keep_dir: Path | None = None
     #: a stage's probes run at once on one host (see probes_per_host)
@@ -228,6 +231,19 @@ def open_entry(entry: HostEntry, options: HostOptions, timeout: float) -> Transp
     transport: Transport
     if entry.scheme == "local":
         transport = LocalTransport()
+    elif entry.scheme == "kubectl-debug":
+        from runbook.transports import kube_debug
+
+        debug = kube_debug.settings(options.debug_image, options.debug_namespace)
+        return kube_debug.DebugPodTransport(
+            entry.target.split("://", 1)[1],
+            # the pod's wait shares the host's deadline with its walk
+            debug=dataclasses.replace(debug, start_timeout=min(debug.start_timeout, timeout)),
+            context=entry.kube_context or options.kube_context,
+            kubectl=options.kubectl,
+            nsenter_pid=options.nsenter or 1,
+            check_timeout=timeout,
+        )
     elif entry.scheme == "kubectl":
         namespace, pod = parse_kubectl_target(entry.target.split("://", 1)[1])
         return KubectlTransport(

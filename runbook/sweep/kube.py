@@ -28,11 +28,9 @@ def _items(data: Any, what: str) -> list[Mapping[str, Any]]:
 
 
 def _running(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if status.get("phase") != "Running" or (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
-    statuses = status.get("containerStatuses") or []
-    return all(bool(c.get("ready")) for c in statuses) if statuses else True
+    from runbook.transports.kube_agent import running
+
+    return running(pod)
 
 
 def join_nodes_and_agents(
@@ -43,9 +41,11 @@ def join_nodes_and_agents(
     agent_selector: str,
     container: str | None = None,
     context: str | None = None,
+    debug: bool = False,
 ) -> list[HostEntry]:
     """Pure: one entry per selected node, sorted by name; its target is the newest running
-    agent pod on it, else the entry carries why there is none."""
+    agent pod on it, else the entry carries why there is none. `debug`: every node is reached
+    through a debug pod made for it (`kubectl-debug://NODE`), `pods` are not looked at."""
     by_node: dict[str, list[Mapping[str, Any]]] = {}
     for pod in _items(pods, "pods"):
         node = (pod.get("spec") or {}).get("nodeName")
@@ -77,6 +77,11 @@ def join_nodes_and_agents(
             "node.kubernetes.io/instance-type"
         )
         groups = (str(pool),) if pool else ()
+        if debug:
+            entries.append(
+                HostEntry(name, f"kubectl-debug://{name}", groups=groups, kube_context=context)
+            )
+            continue
         if running:
             pod_name = str(running[0]["metadata"]["name"])
             entries.append(
@@ -143,12 +148,20 @@ def kube_entries(
     kubectl: str = "kubectl",
     context: str | None = None,
     timeout: float = 60.0,
+    debug: bool = False,
 ) -> list[HostEntry]:
-    """The GPU nodes matching `selector`, each with its node-agent pod."""
+    """The GPU nodes matching `selector`, each with its node-agent pod (`debug`: each through
+    a debug pod of its own, kubectl-debug://NODE; the agents are not read)."""
     base = [kubectl, *(["--context", context] if context else [])]
     nodes = _kubectl_json([*base, "get", "nodes", "-l", selector, "-o", "json"], "nodes", timeout)
-    pods = _kubectl_json(
-        [*base, "get", "pods", "-n", namespace, "-l", agent_selector, "-o", "json"], "pods", timeout
+    pods = (
+        {"items": []}
+        if debug
+        else _kubectl_json(
+            [*base, "get", "pods", "-n", namespace, "-l", agent_selector, "-o", "json"],
+            "pods",
+            timeout,
+        )
     )
     entries = join_nodes_and_agents(
         nodes,
@@ -157,6 +170,7 @@ def kube_entries(
         agent_selector=agent_selector,
         container=container,
         context=context,
+        debug=debug,
     )
     if not entries:
         raise InventoryError(f"no nodes match the label selector {selector!r}")

@@ -1,5 +1,6 @@
-"""`--nsenter[=PID]` and `kubectl://NAMESPACE/POD`: the article's way into a node's host
-namespaces from a privileged agent. The argv/command builders are pure and tested alone."""
+"""`--nsenter[=PID]` and `kubectl://NAMESPACE/POD` (or `kubectl://node/NAME`: the node agent on
+that node, transports/kube_agent.py): the article's way into a node's host namespaces from a
+privileged agent. The argv/command builders are pure and tested alone."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from runbook.transports.base import (
     Transport,
     batch_of,
 )
-from runbook.transports.local import Running, run_argv
 
 NAMESPACES = ("--mount", "--uts", "--ipc", "--net", "--pid")
 
@@ -125,8 +125,13 @@ def parse_kubectl_target(text: str) -> tuple[str, str]:
 
 
 class KubectlTransport:
-    """Runs each probe through `kubectl exec` into a privileged node-agent pod, nsenter implied
-    (the pod's PID 1 namespace view is the container's; nsenter reaches the host's)."""
+    """Runs probes through `kubectl exec` into a privileged node-agent pod, nsenter implied
+    (the pod's PID 1 namespace view is the container's; nsenter reaches the host's). A burst
+    of probes is one exec (transports/kube_exec.py: the SSH batch script, a timed-out probe's
+    process group stopped on the node)."""
+
+    #: the node's name when the target named the node (`kubectl://node/NAME`)
+    node_name: str | None = None
 
     def __init__(
         self,
@@ -138,21 +143,26 @@ class KubectlTransport:
         kubectl: str = "kubectl",
         nsenter_pid: int | None = 1,
         check_timeout: float = 20.0,
+        description: str | None = None,
     ) -> None:
+        from runbook.transports.kube_exec import PodExec
+
         check_kubectl_names(namespace, pod)
         self.namespace, self.pod = namespace, pod
         self._container, self._context = container, context
         self._kubectl, self._nsenter_pid = kubectl, nsenter_pid
-        self.description = f"kubectl://{namespace}/{pod}"
-        self._running = Running()
+        self.description = description or f"kubectl://{namespace}/{pod}"
+        self.exec = PodExec(self._argv, self.description)
+        self.run_batch = self.exec.run_batch
         probe = self.run(Probe("(connect)", "true", timeout=check_timeout))
         if not probe.ok:
             why = (
                 probe.failure or (probe.stderr.strip().splitlines() or [f"exit {probe.exited}"])[-1]
             )
+            self.exec.close()
             raise UnreachableError(f"{self.description}: kubectl exec failed: {why}")
 
-    def _argv(self, command: str, *, stdin: bool = False) -> list[str]:
+    def _argv(self, command: str, stdin: bool = False) -> list[str]:
         return kubectl_exec_argv(
             self.namespace,
             self.pod,
@@ -166,10 +176,7 @@ class KubectlTransport:
 
     def run(self, probe: Probe) -> CommandResult:
         # the secret goes over kubectl's input (-i), never into its argv or the pod's
-        argv = self._argv(probe.command, stdin=bool(probe.secret))
-        return run_argv(
-            argv, probe.name, probe.command, probe.timeout, self._running, secret=probe.secret
-        )
+        return self.exec.run(probe)
 
     def close(self) -> None:
-        self._running.stop_all()  # kubectl exec processes in flight (an interrupted run)
+        self.exec.close()  # execs in flight (an interrupted run): in the pod, then here

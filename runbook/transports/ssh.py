@@ -45,7 +45,6 @@ import logging
 import math
 import os
 import secrets
-import shlex
 import socket
 import stat
 import threading
@@ -53,7 +52,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import paramiko
 
@@ -76,6 +75,9 @@ from runbook.transports.base import (
 )
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
+from runbook.transports.marks import Gate as _Gate
+from runbook.transports.marks import Sink as _Sink
+from runbook.transports.marks import start_mark, wrap_for_pgid
 
 log = logging.getLogger(__name__)
 
@@ -83,8 +85,6 @@ _EOF_GRACE_S = 2.0
 #: most bytes of one stream read before the loop looks at the clock again
 _DRAIN_BYTES = 4 * 1024 * 1024
 _GRACE_POLL_S = 0.02
-#: what starts a probe's output on both streams, the channel's token after it (wrap_for_pgid)
-_START = "__RBK_START_"
 #: a probe of a batch that has run this long hands the probes queued after it to another
 #: channel: a hung `nvidia-smi` must not hold back the rest of the walk's evidence
 BATCH_PATIENCE_S = 0.25
@@ -430,10 +430,6 @@ class _StatusEvent(threading.Event):
         self._wake.set()
 
 
-class _Sink(Protocol):
-    def feed(self, data: bytes) -> None: ...
-
-
 def _watch(channel: paramiko.Channel) -> _Wakeup:
     """One event paramiko sets for data on either stream, their EOF and the exit status (the
     buffers' `set_event`, as Channel.fileno() uses them, and the channel's status event)."""
@@ -448,37 +444,6 @@ def _dropped(channel: paramiko.Channel) -> bool:
     """The channel was closed under us: no exit status and no EOF came (paramiko reports
     such a channel as exited -1). A command that ends, even by a signal, is followed by EOF."""
     return channel.closed and not channel.eof_received and channel.exit_status == -1
-
-
-#: the login shell's part: the start token from the input, the start marks (stderr's with the
-#: process group), then the command in a shell of its own
-_STARTING = (
-    "IFS= read -r T || exit 125; "
-    f'printf \'\\n{_START}%s\\n\' "$T"; printf \'\\n{_START}%s %s\\n\' "$T" "$$" >&2; '
-    "T=; exec /bin/sh -c "
-)
-
-
-def wrap_for_pgid(command: str, token: str = "") -> str:
-    """The remote form of a probe: read the start token (the first line of the input), mark
-    the start of both streams with it and report the process group there, then run it.
-
-    `token` marks the probe for a cancel that cannot wait for the start mark (a slow login
-    shell or ForceCommand wrapper held it back past the timeout): the command carries it in
-    its environment (RBK_PROBE), and it does not start at all once a cancel file for it exists
-    (see `_cancel`). It is seen in the command line, so it frames nothing."""
-    if not token:
-        return _STARTING + shlex.quote(command)
-    cancel = f'"${{TMPDIR:-/tmp}}/.rbk-cancel-{token}"'
-    return (
-        f"if [ -e {cancel} ]; then rm -f {cancel}; exit 124; fi; "
-        f"RBK_PROBE={token}; export RBK_PROBE; " + _STARTING + shlex.quote(command)
-    )
-
-
-def start_mark(start: str) -> bytes:
-    """What begins both streams of a probe given `start` on its input (before stderr's pid)."""
-    return f"{_START}{start}".encode("ascii")
 
 
 def _connect_through(
@@ -671,8 +636,10 @@ class SSHTransport:
                 # background child keeps the output open
                 if exited_at is None:
                     exited_at = time.monotonic()
-                if channel.eof_received or channel.closed or (
-                    time.monotonic() - exited_at > _EOF_GRACE_S
+                if (
+                    channel.eof_received
+                    or channel.closed
+                    or (time.monotonic() - exited_at > _EOF_GRACE_S)
                 ):
                     self._drain(channel, out, err)
                     break
@@ -796,57 +763,6 @@ class SSHTransport:
     def close(self) -> None:
         self._client.close()
         self._close_hops()
-
-
-_S = TypeVar("_S", bound=_Sink)
-
-
-class _Gate(Generic[_S]):
-    """One stream of a probe's channel, passed on to `inner` from its start mark on
-    (wrap_for_pgid): what came before is the login's own words (a profile that prints), never
-    a probe's output, so it is dropped. stderr's mark carries the process group."""
-
-    def __init__(self, inner: _S, mark: bytes, *, with_pgid: bool = False) -> None:
-        self.inner = inner
-        self._needle = b"\n" + mark
-        self._with_pgid = with_pgid
-        self._head = bytearray()
-        self.opened = False
-        self.pgid: int | None = None
-        #: bytes the login printed before the mark
-        self.dropped = 0
-
-    def feed(self, data: bytes) -> None:
-        if self.opened:
-            self.inner.feed(data)
-            return
-        head = self._head
-        head += data
-        at = head.find(self._needle)
-        if at < 0:
-            # all but what could be the start of the mark is the login's
-            cut = len(head) - len(self._needle)
-            if cut > 0:
-                self.dropped += cut
-                del head[:cut]
-            return
-        line_end = head.find(b"\n", at + len(self._needle))
-        if line_end < 0:
-            return  # the mark's line is not whole yet
-        rest = bytes(head[at + len(self._needle) : line_end])
-        if self._with_pgid and rest[:1] == b" " and rest[1:].isdigit():
-            self.pgid = int(rest[1:])
-        self.dropped += at
-        after = bytes(head[line_end + 1 :])
-        self._head = bytearray()
-        self.opened = True
-        if after:
-            self.inner.feed(after)
-
-    def dropped_note(self, address: object, what: str) -> None:
-        if self.dropped:
-            log.debug("%s: %s: %d bytes the login printed first, left out", address, what,
-                      self.dropped)  # fmt: skip
 
 
 class _BatchReader:
@@ -1001,9 +917,7 @@ class _BatchReader:
         """The current probe ends with `error`; those after it are handed back."""
         self._cut_short(time.monotonic(), spill, timed_out=False, error=error)
 
-    def _cut_short(
-        self, now: float, spill: Spill, *, timed_out: bool, error: str | None
-    ) -> None:
+    def _cut_short(self, now: float, spill: Spill, *, timed_out: bool, error: str | None) -> None:
         if self.current >= self._end:
             return
         stdout, out_cut = self.out.partial()

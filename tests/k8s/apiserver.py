@@ -25,9 +25,19 @@ Endpoints:
   (PUT), patch (json, merge, strategic merge), delete, and ``/status`` get/put/patch;
   ``pods/NAME/eviction`` (POST, policy/v1 Eviction, PDBs evaluated as eviction.go does);
   ``?dryRun=All`` on writes.
+- ``pods/NAME/exec`` and ``pods/NAME/attach`` over WebSocket (``v5.channel.k8s.io`` or
+  ``v4.channel.k8s.io``, tests/k8s/streams.py): the command runs on the SSH test host attached
+  as the pod's node (:meth:`ApiServerDouble.attach_node`); a pod created on an attached node
+  moves from Pending to Running after ``start_delay`` seconds, as its kubelet would report it.
 - A bearer token is required (the one written into the kubeconfig): 401 Unauthorized without.
 
-Not served (answered with a Status): watch (405), deletecollection (405), server-side apply
+Every request is recorded with the RBAC attributes a real server authorizes it by
+(:attr:`RecordedRequest.verbs`, :attr:`RecordedRequest.resource`,
+:attr:`RecordedRequest.api_group`),
+so a test can check that what a client did is allowed by a shipped Role.
+
+Not served (answered with a Status): the SPDY/3.1 upgrade of exec/attach (400, as a server
+without it: kubectl reports it), watch (405), deletecollection (405), server-side apply
 (``application/apply-patch+yaml``: 415), protobuf (406 unless JSON is also acceptable),
 ``limit``/``continue`` paging (the whole list comes back in one page).
 """
@@ -48,7 +58,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s import resources
+from tests.k8s import resources, streams
 from tests.k8s.resources import BY_PATH, Resource
 from tests.k8s.selectors import SelectorSyntaxError
 from tests.k8s.store import ApiError, ClusterState, bad_request
@@ -78,6 +88,12 @@ class RecordedRequest:
     at: float = 0.0
     #: the answer's body (a Status for errors), parsed
     response: Any = None
+    #: what RBAC authorizes it as: the verbs checked, ``resource[/subresource]``, API group;
+    #: empty verbs for a non-resource URL (discovery, /version)
+    verbs: tuple[str, ...] = ()
+    resource: str = ""
+    api_group: str = ""
+    namespace: str = ""
 
     @property
     def dry_run(self) -> bool:
@@ -140,6 +156,33 @@ def _route(path: str) -> _Route | dict[str, Any]:
     return _Route(resource, namespace, name, sub)
 
 
+def rbac_attributes(
+    method: str, path: str, query: dict[str, list[str]], upgrade: str = ""
+) -> tuple[tuple[str, ...], str, str, str]:
+    """(verbs, resource[/subresource], API group, namespace) a real server authorizes a request
+    by; no verbs for a non-resource URL. A WebSocket upgrade of exec/attach is a GET that a
+    1.31+ server also checks for ``create`` (AuthorizePodWebsocketUpgradeCreatePermission)."""
+    try:
+        route = _route(path)
+    except (ApiError, _NotFoundPage):
+        return (), "", "", ""
+    if isinstance(route, dict):
+        return (), "", "", ""
+    res = route.resource
+    resource = res.plural + (f"/{route.subresource}" if route.subresource else "")
+    if route.name is None:
+        verb = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}.get(method, "")
+        if verb == "list" and query.get("watch", ["false"])[0] in ("true", "1"):
+            verb = "watch"
+    else:
+        verb = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete"}.get(method, "")  # fmt: skip
+    verbs: tuple[str, ...] = (verb,) if verb else ()
+    if upgrade == "websocket" and route.subresource in ("exec", "attach"):
+        verbs = ("get", "create")
+    return verbs, resource, res.group, route.namespace or ""
+
+
 def _wants_table(accept: str) -> str | None:
     """The Table version the client asked for first in ``Accept``, if any."""
     for media in accept.split(","):
@@ -173,10 +216,112 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # the double records requests itself
 
     def do_GET(self) -> None:
+        if (self.headers.get("Upgrade") or "").lower() == "websocket":
+            self._websocket()
+            return
         self._handle("GET")
 
     def do_POST(self) -> None:
+        if (self.headers.get("Upgrade") or "").upper().startswith("SPDY/"):
+            self._no_spdy()
+            return
         self._handle("POST")
+
+    def _body(self) -> bytes:
+        """The request's body: Content-Length bytes, or the chunks of a chunked one (kubectl
+        sends `create --raw -f -` from its input so)."""
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return body
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _stream_route(self) -> tuple[_Route, dict[str, list[str]]]:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query, keep_blank_values=True)
+        if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        route = _route(url.path)
+        if (
+            isinstance(route, dict)
+            or route.resource.plural != "pods"
+            or route.subresource not in ("exec", "attach")
+            or route.name is None
+            or route.namespace is None
+        ):
+            raise ApiError(400, "BadRequest", "Upgrade request required")
+        return route, query
+
+    def _record_stream(self, method: str, code: int, payload: Any, upgrade: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query, keep_blank_values=True)
+        verbs, resource, group, namespace = rbac_attributes(method, url.path, query, upgrade)
+        self.server.double._record(
+            RecordedRequest(
+                method, url.path, query, "", None, code, self.headers.get("User-Agent") or "",
+                time.monotonic(), payload, verbs, resource, group, namespace,
+            )
+        )  # fmt: skip
+
+    def _answer_status(self, err: ApiError) -> None:
+        data = json.dumps(err.status()).encode()
+        self.send_response(err.code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def _no_spdy(self) -> None:
+        """A SPDY/3.1 upgrade: refused as by a server that does not offer it."""
+        err = ApiError(400, "BadRequest", "unable to upgrade connection: SPDY/3.1 is not offered")
+        self._record_stream("POST", err.code, err.status(), "spdy")
+        self._answer_status(err)
+
+    def _websocket(self) -> None:
+        """exec/attach over WebSocket (tests/k8s/streams.py)."""
+        double = self.server.double
+        try:
+            route, query = self._stream_route()
+            protocol = streams.choose_protocol(self.headers.get("Sec-WebSocket-Protocol") or "")
+            if protocol is None:
+                raise ApiError(400, "BadRequest", "unable to upgrade connection: no channel "
+                               "protocol offered that this server speaks")  # fmt: skip
+            assert route.name is not None and route.namespace is not None
+            pod = double.state.read(route.resource, route.namespace, route.name)
+            node = double.node_of(pod, (query.get("container") or [""])[0])
+        except ApiError as err:
+            self._record_stream("GET", err.code, err.status(), "websocket")
+            self._answer_status(err)
+            return
+        key = self.headers.get("Sec-WebSocket-Key") or ""
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", streams.accept_key(key))
+        self.send_header("Sec-WebSocket-Protocol", protocol)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        self._record_stream("GET", 101, None, "websocket")
+        ws = streams.WebSocket(self.rfile, self.connection)
+        name, namespace = route.name, route.namespace
+        if route.subresource == "attach":
+            streams.serve_attach(
+                ws, lambda: double.state.get("pods", name, namespace) is None
+            )
+            return
+        argv = query.get("command") or []
+        stdin = (query.get("stdin") or ["false"])[0] in ("true", "1")
+        double.exec_started(namespace, name, argv)
+        streams.serve_exec(ws, protocol, argv, node, stdin=stdin)
 
     def do_PUT(self) -> None:
         self._handle("PUT")
@@ -190,8 +335,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        raw = self._body()
         content_type = (self.headers.get("Content-Type") or "").split(";")[0].strip()
         body: Any = None
         code, payload, text = 500, None, ""
@@ -216,6 +360,7 @@ class _Handler(BaseHTTPRequestHandler):
             err = ApiError(500, "InternalError", f"Internal error occurred: {exc!r}")
             code, payload = 500, err.status()
             self.server.double.errors.append(repr(exc))
+        verbs, resource, group, namespace = rbac_attributes(method, url.path, query)
         self.server.double._record(
             RecordedRequest(
                 method,
@@ -227,6 +372,10 @@ class _Handler(BaseHTTPRequestHandler):
                 self.headers.get("User-Agent") or "",
                 time.monotonic(),
                 payload if not isinstance(payload, str) else None,
+                verbs,
+                resource,
+                group,
+                namespace,
             )
         )
         if isinstance(payload, str):
@@ -285,6 +434,8 @@ class _Handler(BaseHTTPRequestHandler):
         scoped_ns = ns or ""
         if res.namespaced and name is not None and ns is None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        if sub in ("exec", "attach") and res.plural == "pods":
+            raise bad_request("Upgrade request required")
         if sub and sub not in ("status", "eviction"):
             raise ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if sub == "eviction" and res.plural != "pods":
@@ -375,7 +526,17 @@ class ApiServerDouble:
             # a client that hangs up mid-handshake or mid-request: not the double's failure
             pass
 
-    def __init__(self, seed: list[Path] | None = None) -> None:
+    def __init__(self, seed: list[Path] | None = None, *, start_delay: float = 0.3) -> None:
+        #: the test hosts standing for nodes (attach_node), by node name
+        self.nodes: dict[str, streams.Node] = {}
+        #: seconds a pod created on an attached node stays Pending
+        self.start_delay = start_delay
+        #: images whose pull fails (their pods stay Pending, ErrImagePull)
+        self.unpullable: set[str] = set()
+        #: (namespace, pod, argv) of every exec, in order
+        self.execs: list[tuple[str, str, list[str]]] = []
+        self._kubelet_stop = threading.Event()
+        self._seen: dict[str, float] = {}
         self.state = ClusterState()
         self.state.load(seed if seed is not None else [FIXTURES / f for f in DEFAULT_SEED])
         self.errors: list[str] = []
@@ -399,6 +560,91 @@ class ApiServerDouble:
         self._thread.start()
         self.port = self._server.server_address[1]
         self.url = f"https://127.0.0.1:{self.port}"
+        self._kubelet = threading.Thread(target=self._kubelets, name="kubelet", daemon=True)
+        self._kubelet.start()
+
+    # ---- nodes: test hosts that run what is exec'd in their pods
+
+    def attach_node(self, name: str, host: Any, network: Any) -> None:
+        """The SSH test host `host` (of `network`) stands for node `name`: commands exec'd in
+        pods bound to it run there, and pods created on it start."""
+        self.nodes[name] = streams.Node(name, host, network)
+
+    def node_of(self, pod: dict[str, Any], container: str) -> streams.Node:
+        """The node an exec into `pod` runs on; an ApiError as a real server answers when
+        the pod cannot be exec'd into."""
+        meta, spec = pod["metadata"], pod.get("spec") or {}
+        names = [c.get("name") for c in spec.get("containers") or []]
+        if container and container not in names:
+            raise ApiError(400, "BadRequest", f'container {container} is not valid for pod '
+                           f'{meta["name"]}')  # fmt: skip
+        phase = (pod.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            raise bad_request(f"cannot exec into a container in a completed pod; current "
+                              f"phase is {phase}")  # fmt: skip
+        node = self.nodes.get(spec.get("nodeName") or "")
+        if phase != "Running" or node is None:
+            raise bad_request(
+                f'unable to upgrade connection: container not found ("{container or names[0]}")'
+            )
+        return node
+
+    def exec_started(self, namespace: str, pod: str, argv: list[str]) -> None:
+        with self._log_lock:
+            self.execs.append((namespace, pod, list(argv)))
+
+    def _kubelets(self) -> None:
+        """Pods bound to an attached node go from Pending to Running after start_delay (an
+        image in `unpullable` leaves them Pending, waiting in ErrImagePull)."""
+        while not self._kubelet_stop.wait(0.05):
+            if not self.nodes:
+                continue
+            for pod in self.state.pending_pods():
+                self._start(pod)
+
+    def _start(self, pod: dict[str, Any]) -> None:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        if status.get("phase") != "Pending" or spec.get("nodeName") not in self.nodes:
+            return
+        if pod["metadata"].get("deletionTimestamp"):
+            return
+        uid = pod["metadata"].get("uid") or pod["metadata"]["name"]
+        now = time.monotonic()
+        first = self._seen.setdefault(uid, now)
+        if now - first < self.start_delay:
+            return
+        containers = spec.get("containers") or []
+        bad = [c for c in containers if c.get("image") in self.unpullable]
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        if bad:
+            pod["status"] = {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [{
+                    "name": c["name"], "image": c.get("image"), "ready": False,
+                    "restartCount": 0, "started": False,
+                    "state": {"waiting": {"reason": "ErrImagePull",
+                                          "message": f'failed to pull image "{c.get("image")}"'}},
+                } for c in containers],
+            }  # fmt: skip
+            self._seen[uid] = float("inf")
+            self.state.set_pod_status(pod)
+            return
+        pod["status"] = {
+            "phase": "Running",
+            "hostIP": "10.213.0.1",
+            "podIP": "10.213.0.1",
+            "startTime": started,
+            "conditions": [{"type": t, "status": "True", "lastTransitionTime": started}
+                           for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+            "containerStatuses": [{
+                "name": c["name"], "image": c.get("image"), "imageID": "", "ready": True,
+                "restartCount": 0, "started": True,
+                "state": {"running": {"startedAt": started}},
+                "containerID": "containerd://" + uuid.uuid4().hex,
+            } for c in containers],
+        }  # fmt: skip
+        self.state.set_pod_status(pod)
 
     def _record(self, request: RecordedRequest) -> None:
         with self._log_lock:
@@ -448,6 +694,9 @@ class ApiServerDouble:
         return path
 
     def stop(self) -> None:
+        self._kubelet_stop.set()
+        for node in self.nodes.values():
+            node.close()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)

@@ -194,6 +194,30 @@ class ClusterState:
             obj = self._objects.get((plural, namespace, name))
             return copy.deepcopy(obj) if obj else None
 
+    def pending_pods(self) -> list[dict[str, Any]]:
+        """Copies of the pods in phase Pending (the double's kubelets start them)."""
+        with self._lock:
+            return [
+                copy.deepcopy(obj)
+                for (plural, _, _), obj in self._objects.items()
+                if plural == "pods" and (obj.get("status") or {}).get("phase") == "Pending"
+            ]
+
+    def set_pod_status(self, pod: dict[str, Any]) -> bool:
+        """Store `pod`'s status if the pod is still the version read (not deleted or changed
+        since): what a kubelet's status update does. Whether it was stored."""
+        meta = pod["metadata"]
+        with self._lock:
+            key = ("pods", meta.get("namespace", ""), meta["name"])
+            current = self._objects.get(key)
+            if current is None or current["metadata"].get("resourceVersion") != meta.get(
+                "resourceVersion"
+            ):
+                return False
+            current["status"] = copy.deepcopy(pod["status"])
+            current["metadata"]["resourceVersion"] = self._next_rv()
+            return True
+
     def names(self, plural: str, namespace: str | None = None) -> list[str]:
         with self._lock:
             return sorted(

@@ -1,0 +1,407 @@
+"""Probes through `kubectl exec` into one pod, in batches: a burst of probes is one exec running
+the same script as an SSH batch (transports/batch.py), not one exec a probe.
+
+Why: every `kubectl exec` is a process start here, an API request, an upgraded stream and a
+process start in the pod; a guided run's first burst is thirty probes and a sweep walks each
+node's bursts. One exec a burst makes that one request a burst.
+
+What runs in the pod (through nsenter into the node's namespaces when the pod is a node agent
+or a debug pod): ``setsid -w /bin/sh -c WRAPPED``, where WRAPPED is the SSH transport's start
+wrapper (transports/marks.py) around the batch script. kubectl is given on its input the start
+token, the batch's end-mark token and the frame token, each a line (never in its command line,
+which `ps` shows every user of the node and the API server's audit log keeps); the input then
+ends. `setsid` makes the shell lead a process group of its own (a container runtime's exec, or
+nsenter's child, does not), so the pid in the start mark names everything the probes start.
+
+A probe keeps its own timeout, counted from the end of the probe before it. One that runs past
+BATCH_PATIENCE_S hands the probes after it back to the caller (who sends them as a new exec)
+and the script is sent SIGUSR1 (it stops once that probe ends). A timeout, or a batch asked to
+stop that goes on, is ended by a second exec that sends TERM, then KILL, to the process group:
+through the same nsenter into the node's PID namespace, so it reaches the group on the host
+(an ended `kubectl exec` does not signal what it started: without a TTY the kubelet leaves it
+running). Closing the transport (^C, SIGTERM) does the same for every batch in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import secrets
+import selectors
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from runbook.transports import batch
+from runbook.transports.base import (
+    MAX_CAPTURE_BYTES,
+    CommandResult,
+    Deliver,
+    Probe,
+    Spill,
+    decode,
+    fail_all,
+)
+from runbook.transports.local import Running, _reaper, kill_group
+from runbook.transports.marks import Gate, start_mark, wrap_for_pgid
+
+log = logging.getLogger(__name__)
+
+#: a probe of a batch that has run this long hands the probes after it to another exec (as
+#: over SSH: a hung `nvidia-smi` must not hold back the rest of the walk's evidence)
+BATCH_PATIENCE_S = 0.25
+#: how long a batch asked to stop may take to end before its process group is stopped (the
+#: request is itself an exec: a process start and an API round trip)
+STOP_GRACE_S = 3.0
+#: seconds a kill exec may take
+KILL_TIMEOUT_S = 15.0
+#: how long kubectl may take to end after the batch's last probe
+_END_GRACE_S = 2.0
+#: what kubectl said last, kept for the error of an exec that never started the script
+_KEEP_STDERR = 4096
+
+
+def in_session(command: str) -> str:
+    """`command` in a shell that leads a process group of its own (`setsid -w` waits for it
+    and passes its status on; without setsid on the node, the command runs as it is). The
+    command is written once: it travels in the exec request's URL."""
+    return (
+        "S=; command -v setsid >/dev/null 2>&1 && S='setsid -w'; "
+        f"exec $S /bin/sh -c {shlex.quote(command)}"
+    )
+
+
+def kill_group_command(pgid: int, signal_first: str = "TERM") -> str:
+    """TERM (or `signal_first`) to the group, up to half a second for it to end, then KILL."""
+    return (
+        f"kill -s {signal_first} -- -{pgid} 2>/dev/null; i=0; "
+        f"while kill -0 -- -{pgid} 2>/dev/null && [ $i -lt 10 ]; "
+        "do sleep 0.05; i=$((i+1)); done; "
+        f"kill -s KILL -- -{pgid} 2>/dev/null; true"
+    )
+
+
+#: argv of one exec into the pod: (command, whether kubectl passes its input on) -> argv
+ArgvFor = Callable[[str, bool], list[str]]
+
+
+class PodExec:
+    """Runs probes in one pod through `kubectl exec`: `run` and `run_batch` (BatchTransport),
+    every probe in a batch, so each is stopped on the node when it times out. Safe from
+    several threads; `close` stops what is in flight, here and in the pod."""
+
+    def __init__(self, argv_for: ArgvFor, description: str) -> None:
+        self._argv_for = argv_for
+        self.description = description
+        self._running = Running()
+        self._lock = threading.Lock()
+        #: process groups in the pod of the batches in flight
+        self._groups: set[int] = set()
+        #: execs started, kill and stop requests included (benchmarks/kube_exec.py reads it)
+        self.exec_count = 0
+
+    # ---- one exec
+
+    def _start(self, command: str, stdin: bool) -> subprocess.Popen[bytes] | str:
+        """The exec started (a process), or why it could not start."""
+        with self._lock:
+            self.exec_count += 1
+        try:
+            proc = subprocess.Popen(
+                self._argv_for(command, stdin),
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            return f"could not start: {exc.strerror or exc}"
+        _reaper.started(proc.pid)
+        if not self._running.add(proc):
+            kill_group(proc)
+        return proc
+
+    def _quiet(self, command: str, what: str) -> None:
+        """Run `command` in the pod and wait for it (a kill); a failure is logged."""
+        proc = self._start(command, False)
+        if isinstance(proc, str):
+            log.warning("%s: could not %s: %s", self.description, what, proc)
+            return
+        try:
+            _, err = proc.communicate(timeout=KILL_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            _, err = proc.communicate()
+        finally:
+            _reaper.finished(proc.pid)
+            self._running.discard(proc)
+        if proc.returncode != 0:
+            lines = decode(err).strip().splitlines() or [f"exit {proc.returncode}"]
+            log.warning("%s: could not %s: %s", self.description, what, lines[-1])
+
+    def stop_group(self, pgid: int, signal_first: str = "TERM") -> None:
+        """The process group `pgid` in the pod stopped, from a second exec."""
+        self._quiet(kill_group_command(pgid, signal_first), f"stop process group {pgid}")
+
+    # ---- the transport's methods
+
+    def run(self, probe: Probe) -> CommandResult:
+        results: list[CommandResult] = []
+        self.run_batch([probe], lambda _, result: results.append(result), lambda _: None)
+        return results[0]
+
+    def run_batch(
+        self,
+        probes: Sequence[Probe],
+        deliver: Deliver,
+        spill: Spill,
+        *,
+        within: float | None = None,
+    ) -> None:
+        """`probes` one after another in one exec (base.BatchTransport's contract)."""
+        if not probes:
+            return
+        start = time.monotonic()
+        limit = math.inf if within is None else start + within
+        token = secrets.token_hex(8)  # the cancel's, seen in the command line
+        begin = secrets.token_hex(16)  # the start marks', sent on the input
+        secret = secrets.token_hex(16)  # the end marks', sent on the input
+        frame = next((p.secret for p in probes if p.secret), "")
+        framed = [bool(p.secret) for p in probes]
+        count = batch.fits([p.command for p in probes], framed)
+        count = next(
+            (i for i, p in enumerate(probes[:count]) if p.secret not in ("", frame)), count
+        )
+        mine = probes[:count]
+        script = batch.script([p.command for p in mine], framed[:count])
+        proc = self._start(in_session(wrap_for_pgid(script, token)), True)
+        if isinstance(proc, str):
+            fail_all(probes, deliver, proc, time.monotonic() - start)
+            return
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        reader = _ExecReader(self, proc, mine, deliver, batch.mark_for(secret), begin)
+        try:
+            reader.read(start, limit, spill)
+        except BaseException:  # ^C while this thread reads: nothing of it may outlive us
+            reader.abandon()
+            raise
+        finally:
+            reader.finish()
+        if reader.handed_back is None and count < len(probes):
+            spill(count)
+
+    def close(self) -> None:
+        """Stop every exec in flight: their process groups in the pod first (a second exec
+        each, at once), then the kubectl processes here."""
+        with self._lock:
+            groups = sorted(self._groups)
+        if groups:
+            command = "; ".join(kill_group_command(g) for g in groups)
+            self._quiet(command, f"stop process groups {groups}")
+        self._running.stop_all()
+
+    def _group(self, pgid: int, running: bool) -> None:
+        with self._lock:
+            (self._groups.add if running else self._groups.discard)(pgid)
+
+
+class _ExecReader:
+    """One batch's exec: each probe's output as its end marks arrive, its timeout, the
+    hand-back of the probes after one that takes long, and the end of the exec."""
+
+    def __init__(
+        self,
+        pod: PodExec,
+        proc: subprocess.Popen[bytes],
+        probes: Sequence[Probe],
+        deliver: Deliver,
+        mark: bytes,
+        begin: str,
+    ) -> None:
+        self.pod = pod
+        self.proc = proc
+        self.probes = probes
+        self.deliver = deliver
+        self.out = batch.Splitter(mark, with_status=True, limit=MAX_CAPTURE_BYTES)
+        self.err = batch.Splitter(mark, with_status=False, limit=MAX_CAPTURE_BYTES)
+        self._out = Gate(self.out, start_mark(begin))
+        self._err = Gate(self.err, start_mark(begin), with_pgid=True)
+        #: kubectl's own last words before the script started (an exec that failed)
+        self._said = bytearray()
+        self.current = 0
+        self.began = 0.0
+        self.handed_back: int | None = None
+        self.running_since: float | None = None
+        self._selector = selectors.DefaultSelector()
+        assert proc.stdout is not None and proc.stderr is not None
+        self._selector.register(proc.stdout, selectors.EVENT_READ, self._out)
+        self._selector.register(proc.stderr, selectors.EVENT_READ, self._err)
+        self._pgid: int | None = None
+
+    @property
+    def _end(self) -> int:
+        return len(self.probes) if self.handed_back is None else self.handed_back
+
+    def _pump(self, timeout: float) -> bool:
+        """Read what is there within `timeout`; whether anything came."""
+        got = False
+        for key, _ in self._selector.select(max(0.0, timeout)):
+            chunk = os.read(key.fd, 65536)
+            if not chunk:
+                self._selector.unregister(key.fileobj)
+                continue
+            got = True
+            if key.data is self._err and not self._err.opened:
+                self._said += chunk
+                del self._said[:-_KEEP_STDERR]
+            key.data.feed(chunk)
+        if self._pgid is None and self._err.pgid is not None:
+            self._pgid = self._err.pgid
+            self.pod._group(self._pgid, True)
+        return got
+
+    def read(self, start: float, limit: float, spill: Spill) -> None:
+        self.began = start
+        while self.current < self._end:
+            now = time.monotonic()
+            if self.running_since is None and self._err.pgid is not None:
+                self.running_since = now
+            self._deliver_finished(now)
+            if self.current >= self._end:
+                break
+            deadline = min(self.began + self.probes[self.current].timeout, limit)
+            if now >= deadline:
+                self._cut_short(now, spill, timed_out=True, error=None)
+                if self._pgid is not None:
+                    self.pod.stop_group(self._pgid)
+                return
+            patience = self._patience_ends()
+            if patience is not None and now >= patience:
+                self._hand_back(self.current + 1, spill)
+                continue
+            if not self._selector.get_map():  # both streams ended: the exec is over
+                self._ended(spill)
+                return
+            until = deadline if patience is None else min(deadline, patience)
+            self._pump(until - now)
+        if self.handed_back is not None:
+            self._see_it_stop()
+
+    def _patience_ends(self) -> float | None:
+        if self.running_since is None or self.current + 1 >= self._end:
+            return None
+        return max(self.began, self.running_since) + BATCH_PATIENCE_S
+
+    def _deliver_finished(self, now: float) -> None:
+        out, err = self.out.pieces, self.err.pieces
+        while out and err and self.current < self._end:
+            stdout, out_cut, status = out.popleft()
+            stderr, err_cut, _ = err.popleft()
+            self._settle(now, stdout, stderr, out_cut or err_cut, exited=status)
+
+    def _settle(
+        self, now: float, stdout: bytes, stderr: bytes, truncated: bool, **outcome: Any
+    ) -> None:
+        probe = self.probes[self.current]
+        self.deliver(
+            self.current,
+            CommandResult(
+                name=probe.name,
+                command=probe.command,
+                stdout=decode(stdout),
+                stderr=decode(stderr),
+                duration=now - self.began,
+                truncated=truncated,
+                **outcome,
+            ),
+        )
+        self.current += 1
+        self.began = now
+
+    def _hand_back(self, index: int, spill: Spill) -> None:
+        self.handed_back = index
+        spill(index)
+        if self._pgid is not None:
+            pid = self._pgid
+            threading.Thread(
+                target=self.pod._quiet,
+                args=(f"kill -s USR1 {pid} 2>/dev/null; true", f"stop batch {pid}"),
+                name="exec-stop",
+                daemon=True,
+            ).start()
+
+    def _see_it_stop(self) -> None:
+        """The script was asked to stop after the probe it ran; if it went on (the request
+        came late), its process group is stopped."""
+        until = time.monotonic() + STOP_GRACE_S
+        while self._selector.get_map():
+            left = until - time.monotonic()
+            if left <= 0:
+                if self._pgid is not None:
+                    self.pod.stop_group(self._pgid)
+                return
+            self._pump(left)
+
+    def _ended(self, spill: Spill) -> None:
+        """The exec ended with probes not done: before the script started (kubectl could not
+        exec: every probe of the batch fails with what it said), or part way (the probe that
+        ran fails, the rest are handed back)."""
+        self.proc.wait()
+        if not self._err.opened:
+            said = decode(self._said).strip().splitlines()
+            why = said[-1] if said else f"kubectl exited {self.proc.returncode}"
+            error = f"kubectl exec failed: {why}"
+            now = time.monotonic()
+            for index in range(self.current, self._end):
+                probe = self.probes[index]
+                failed = CommandResult(
+                    probe.name, probe.command, error=error, duration=now - self.began
+                )
+                self.deliver(index, failed)
+            self.current = self._end
+            return
+        self._cut_short(
+            time.monotonic(), spill, timed_out=False,
+            error="the exec ended before the command finished",
+        )  # fmt: skip
+
+    def _cut_short(self, now: float, spill: Spill, *, timed_out: bool, error: str | None) -> None:
+        if self.current >= self._end:
+            return
+        stdout, out_cut = self.out.partial()
+        stderr, err_cut = self.err.partial()
+        end = self._end
+        self._settle(now, stdout, stderr, out_cut or err_cut, timed_out=timed_out, error=error)
+        if self.current < end:
+            self.handed_back = self.current
+            spill(self.current)
+
+    def abandon(self) -> None:
+        """Interrupted: stop the group in the pod (if it said which) and kubectl here."""
+        if self._pgid is not None:
+            self.pod.stop_group(self._pgid, "KILL")
+        kill_group(self.proc)
+
+    def finish(self) -> None:
+        try:  # kubectl ends once the pod's stream does: the status comes after the marks
+            self.proc.wait(timeout=_END_GRACE_S)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc)
+        self._selector.close()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+        self.proc.wait()
+        _reaper.finished(self.proc.pid)
+        self.pod._running.discard(self.proc)
+        if self._pgid is not None:
+            self.pod._group(self._pgid, False)

@@ -1,0 +1,51 @@
+"""`kubectl exec` (the real kubectl 1.32 binary) against the API double's pods/exec stream: the
+API is a recorded double (no API server can run here); what runs in the pod runs on a real SSH
+test host standing for its node."""
+
+from __future__ import annotations
+
+import subprocess
+
+from tests.k8s.nodes import KubeCluster
+from tests.k8s.nodes import kube_cluster as kube_cluster
+
+
+def _kubectl(cluster: KubeCluster, *args: str, input: str | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(
+        ["kubectl", *args], env={**cluster.env, **(env or {})}, capture_output=True, text=True,
+        input=input, timeout=60,
+    )  # fmt: skip
+
+
+def test_kubectl_exec_runs_the_command_on_the_node_with_its_input_streams_and_exit_code(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double: a WebSocket (v5.channel.k8s.io) exec; stdin reaches the command, stdout and
+    stderr come back apart, and the exit code is kubectl's."""
+    done = _kubectl(
+        kube_cluster, "exec", "-i", "-n", "kube-system", kube_cluster.agent, "--",
+        "/bin/sh", "-c", "read line; echo \"out:$line:$(hostname)\"; echo err >&2; exit 3",
+        input="hello\n",
+    )  # fmt: skip
+    assert done.stdout == f"out:hello:{kube_cluster.host.name}\n"
+    assert "err\n" in done.stderr
+    assert done.returncode == 3, done.stderr
+    (request,) = kube_cluster.exec_requests()
+    assert request.status == 101
+    assert request.verbs == ("get", "create") and request.namespace == "kube-system"
+
+
+def test_kubectl_told_to_use_spdy_gets_the_refusal_of_a_server_without_it(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double: with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false kubectl asks for SPDY/3.1 only,
+    which the double does not offer: kubectl fails with the server's answer, nothing runs."""
+    done = _kubectl(
+        kube_cluster, "exec", "-n", "kube-system", kube_cluster.agent, "--", "true",
+        env={"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"},
+    )  # fmt: skip
+    assert done.returncode != 0
+    requests = kube_cluster.exec_requests()
+    assert [r.method for r in requests] == ["POST"] and requests[0].status == 400
+    assert kube_cluster.api.execs == []
