@@ -30,8 +30,24 @@ Read from `$RUNBOOK_CONFIG`, else `$XDG_CONFIG_HOME/nccl-runbook/config.yaml` (u
     notify:
       webhook_url: https://hooks.example.org/…  # or $RUNBOOK_WEBHOOK_URL; never logged whole
       format: json                             # json (generic) | slack; or $RUNBOOK_WEBHOOK_FORMAT
+      signing_secret: …                        # or $RUNBOOK_WEBHOOK_SECRET: json signed (HMAC)
+      slack: {webhook_url: …}                  # or $RUNBOOK_SLACK_WEBHOOK_URL
+      teams: {webhook_url: …}                  # or $RUNBOOK_TEAMS_WEBHOOK_URL (a workflow's URL)
+      pagerduty:
+        routing_key: …                         # or $RUNBOOK_PAGERDUTY_ROUTING_KEY
+        url: https://events.pagerduty.com/v2/enqueue
       expiry_window: 2h                        # notice when a pending proposal expires within
       timeout: 2s                              # one attempt's limit (3 attempts, 5 s in all)
+    desk:
+      base_url: https://runbook.example.org    # or $RUNBOOK_DESK_URL: notices link to its pages
+      oidc: {issuer: …, client_id: …}          # `runbook desk serve`: sign-in, trusted proxies,
+      allow: [{groups: [gpu-oncall], kinds: ['*']}]  # who may approve what, the two-person
+                                               # rule (docs/desk.md; runbook/desk/settings.py)
+    signatures:
+      user_catalog: ~/signatures.yaml          # your own error signatures, the format of
+                                               # runbook/data/signatures.yaml, tried before the
+                                               # shipped ones (relative: to this file); or
+                                               # --signatures FILE on analyze and run
 
 The state dir is `$RUNBOOK_STATE_DIR`, else `$XDG_STATE_HOME/nccl-runbook`
 (`~/.local/state/nccl-runbook`).
@@ -91,12 +107,25 @@ class DrainGuard:
 
 
 WEBHOOK_FORMATS = ("json", "slack")
+PAGERDUTY_EVENTS_URL = "https://events.pagerduty.com/v2/enqueue"
 
 #: settings given as flags (`--textfile-dir`): they win over the environment and the file, and
 #: reach every `load` the command makes, the ones deep in a job run included
 flag_settings: ContextVar[Mapping[str, str]] = ContextVar(
     "flag_settings", default=MappingProxyType({})
 )
+
+
+@dataclass(frozen=True)
+class Channel:
+    """One place notices go (runbook.paging): `name` keys its notices in the store, `service`
+    says what it is sent as; `secret` is the generic webhook's HMAC key or PagerDuty's routing
+    key, never shown."""
+
+    name: str
+    service: str
+    url: str
+    secret: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +136,35 @@ class Notify:
     format: str = "json"
     expiry_window: float = 2 * 3600.0
     timeout: float = 2.0
+    #: the generic JSON's HMAC-SHA256 key (X-Runbook-Signature)
+    signing_secret: str | None = field(default=None, repr=False)
+    slack_url: str | None = None
+    teams_url: str | None = None
+    pagerduty_routing_key: str | None = field(default=None, repr=False)
+    pagerduty_url: str = PAGERDUTY_EVENTS_URL
+    #: the approval desk's base URL: every notice links to the proposal's page there
+    desk_url: str | None = None
+
+    @property
+    def channels(self) -> tuple[Channel, ...]:
+        """Every place set, the one `webhook_url` first (its notices keep their bare names)."""
+        out = []
+        if self.webhook_url:
+            secret = self.signing_secret if self.format == "json" else None
+            out.append(Channel("webhook", self.format, self.webhook_url, secret))
+        if self.slack_url:
+            out.append(Channel("slack", "slack", self.slack_url))
+        if self.teams_url:
+            out.append(Channel("teams", "teams", self.teams_url))
+        if self.pagerduty_routing_key:
+            out.append(
+                Channel("pagerduty", "pagerduty", self.pagerduty_url, self.pagerduty_routing_key)
+            )
+        return tuple(out)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.channels)
 
 
 @dataclass(frozen=True)
@@ -128,10 +186,12 @@ class Config:
     #: what a command that sends no notice only warns about (a bad notify section: such a
     #: command is not stopped by a setting it does not use)
     warnings: tuple[str, ...] = ()
-    #: the web desk's section as written (runbook.desk.settings validates it when serving)
-    desk: Mapping[str, Any] = field(default_factory=dict)
     #: kinds that need a second person (runbook.remedies.two_person)
     two_person_kinds: tuple[str, ...] = ("node-drain",)
+    #: the web desk's section as written (runbook.desk.settings validates it when serving)
+    desk: Mapping[str, Any] = field(default_factory=dict)
+    #: the user's signature catalog (signatures.user_catalog), merged before the shipped one
+    user_catalog: Path | None = None
 
     @property
     def local_dir(self) -> Path:
@@ -223,40 +283,120 @@ def load(path: Path | None = None, *, db: str | None = None, notifies: bool = Tr
         two_person_kinds=tuple(two_person_kinds),
         **_notify_or_warning(raw, source, notifies=notifies),
         desk=_mapping(raw.get("desk"), f"config {source}: desk"),
+        user_catalog=_user_catalog(raw, source),
     )
+
+
+def _user_catalog(raw: Mapping[str, Any], source: Path) -> Path | None:
+    """`signatures.user_catalog`: a path, `~` expanded, relative to the config file's
+    directory; None when unset."""
+    section = _mapping(raw.get("signatures"), f"config {source}: signatures")
+    value = section.get("user_catalog")
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise UsageError(f"config {source}: signatures.user_catalog: expected a file path")
+    path = Path(os.path.expanduser(value))
+    return path if path.is_absolute() else source.parent / path
+
+
+def user_catalog(path: Path | None = None) -> Path | None:
+    """`signatures.user_catalog` of the configuration file (`path`, else the default one),
+    read alone: a command that needs only this setting is not stopped by another."""
+    source = path or config_path()
+    if not source.exists():
+        if path is not None:
+            raise UsageError(f"config {source}: no such file")
+        return None
+    try:
+        loaded = yaml.safe_load(source.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UsageError(f"config {source}: {' '.join(str(exc).split())}") from exc
+    except RecursionError:
+        raise UsageError(f"config {source}: nested too deeply to be a configuration") from None
+    return _user_catalog(_mapping(loaded, f"config {source}"), source)
 
 
 def _notify_or_warning(raw: Mapping[str, Any], source: Path, *, notifies: bool) -> dict[str, Any]:
     try:
-        return {"notify": _notify(_mapping(raw.get("notify"), f"config {source}: notify"), source)}
+        notify = _mapping(raw.get("notify"), f"config {source}: notify")
+        desk = _mapping(raw.get("desk"), f"config {source}: desk")
+        return {"notify": _notify(notify, source, desk)}
     except UsageError as exc:
         if notifies:
             raise
         return {"notify": Notify(), "warnings": (f"{exc.one_line()} (no notice is sent)",)}
 
 
-def _notify(raw: Mapping[str, Any], source: Path) -> Notify:
+def _url(value: Any, where: str) -> str | None:
+    """An http(s) URL or None; a bad one is a usage error naming `where`, never the URL (its
+    path or query may be a token)."""
+    if value is None or value == "":
+        return None
+    url = str(value)
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise UsageError(f"{where}: expected an http:// or https:// URL")
+    return url
+
+
+def _secret(value: Any, where: str) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise UsageError(f"{where}: expected one word (the value is not shown)")
+    return value
+
+
+def _notify(raw: Mapping[str, Any], source: Path, desk: Mapping[str, Any] | None = None) -> Notify:
     """The webhook settings; the environment wins over the file (a URL holding a token is
     better kept out of a file others read). A bad value is a usage error naming its key, never
-    the URL itself."""
-    url = os.environ.get("RUNBOOK_WEBHOOK_URL") or raw.get("webhook_url") or None
-    fmt = str(os.environ.get("RUNBOOK_WEBHOOK_FORMAT") or raw.get("format") or "json")
-    if url is not None:
-        url = str(url)
-        if not re.match(r"^https?://[^/\s]+", url):
-            raise UsageError(
-                f"config {source}: notify.webhook_url (or RUNBOOK_WEBHOOK_URL): "
-                "expected an http:// or https:// URL"
-            )
+    the URL or the secret itself."""
+    env = os.environ.get
+    url = _url(
+        env("RUNBOOK_WEBHOOK_URL") or raw.get("webhook_url"),
+        f"config {source}: notify.webhook_url (or RUNBOOK_WEBHOOK_URL)",
+    )
+    fmt = str(env("RUNBOOK_WEBHOOK_FORMAT") or raw.get("format") or "json")
     if fmt not in WEBHOOK_FORMATS:
         raise UsageError(
             f"config {source}: notify.format (or RUNBOOK_WEBHOOK_FORMAT) {fmt!r}: "
             f"expected one of {', '.join(WEBHOOK_FORMATS)}"
         )
     where = f"config {source}: notify"
+    slack = _mapping(raw.get("slack"), f"{where}.slack")
+    teams = _mapping(raw.get("teams"), f"{where}.teams")
+    pagerduty = _mapping(raw.get("pagerduty"), f"{where}.pagerduty")
     return Notify(
         webhook_url=url,
         format=fmt,
         expiry_window=parse_duration(raw.get("expiry_window", "2h"), what=f"{where}.expiry_window"),
         timeout=parse_duration(raw.get("timeout", "2s"), what=f"{where}.timeout"),
+        signing_secret=_secret(
+            env("RUNBOOK_WEBHOOK_SECRET") or raw.get("signing_secret"),
+            f"{where}.signing_secret (or RUNBOOK_WEBHOOK_SECRET)",
+        ),
+        slack_url=_url(
+            env("RUNBOOK_SLACK_WEBHOOK_URL") or slack.get("webhook_url"),
+            f"{where}.slack.webhook_url (or RUNBOOK_SLACK_WEBHOOK_URL)",
+        ),
+        teams_url=_url(
+            env("RUNBOOK_TEAMS_WEBHOOK_URL") or teams.get("webhook_url"),
+            f"{where}.teams.webhook_url (or RUNBOOK_TEAMS_WEBHOOK_URL)",
+        ),
+        pagerduty_routing_key=_secret(
+            env("RUNBOOK_PAGERDUTY_ROUTING_KEY") or pagerduty.get("routing_key"),
+            f"{where}.pagerduty.routing_key (or RUNBOOK_PAGERDUTY_ROUTING_KEY)",
+        ),
+        pagerduty_url=_url(pagerduty.get("url"), f"{where}.pagerduty.url") or PAGERDUTY_EVENTS_URL,
+        desk_url=_desk_url(desk or {}, source),
     )
+
+
+def _desk_url(raw: Mapping[str, Any], source: Path) -> str | None:
+    """`desk.base_url` (else RUNBOOK_DESK_URL, as the desk itself reads it): where the approval
+    desk is reached, without a trailing slash."""
+    url = _url(
+        raw.get("base_url") or os.environ.get("RUNBOOK_DESK_URL"),
+        f"config {source}: desk.base_url (or RUNBOOK_DESK_URL)",
+    )
+    return url.rstrip("/") if url else None

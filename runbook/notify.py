@@ -1,64 +1,73 @@
-"""Notices of the approval queue to a webhook: a proposal queued, a proposal about to expire.
+"""Notices of the approval queue, delivered: a proposal queued, about to expire, resolved.
 
-Two payloads, chosen by `notify.format`: `json`, a generic object (event, proposal, node,
-verdict, summary, times, and the exact `runbook approvals show ID` command), and `slack`, what
-a Slack incoming webhook (or a compatible receiver: Mattermost, Rocket.Chat) takes:
-`{"text": …, "blocks": […]}`. Every text field goes through the redactor first: a summary is
-rendered from a node's facts and must not carry a credential out. Every text is made printable
-(runbook.printable), and what Slack reads as mrkdwn has `&`, `<` and `>` escaped as Slack asks
-(`&amp;`, `&lt;`, `&gt;`): a node named `<https://…|Click to approve>` or a summary holding
-`<!channel>` shows as typed, never as a link or a mention.
+Where they go is the config's (runbook.config.Notify.channels): the one `webhook_url` (generic
+JSON, optionally signed, or Slack), Slack, Microsoft Teams, PagerDuty; what each service is sent
+is runbook.paging's (pure). Here is the I/O: `send_due` sends what the queue owes each place
+(runbook.oncall.publish calls it whenever a command lets go of the queue, and
+`runbook approvals publish` from a timer), `decided` resolves a proposal's pages the moment it
+is decided, in the background.
+
+Exactly once, across processes: each (proposal, notice) is claimed in the store before it is
+sent (`Store.claim_notice`), marked sent after, released when the place gave up, so the next
+command tries again. A `resolved` notice goes only where that proposal's `queued` one went: a
+page is closed only where it was opened, and never before it was.
 
 Delivery uses the standard library (one POST, nothing a dependency would add): a timeout on
 every attempt, at most `ATTEMPTS` attempts with a short backoff, all within `DEADLINE`
 seconds; a 5xx, a 408, a 429 or a network error is retried, any other answer is final. The
 timeout bounds the whole attempt, not each read: a receiver that answers a byte at a time
 (each read well within a socket timeout) has its connection shut when the attempt's time is
-up (`_Watch`). It
-never raises: it returns a `Delivery` the caller turns into one warning line. The URL may hold
-a token (Slack's does), so it is only ever shown as `scheme://host/…` (`shown_url`).
-
-Payload building is pure; `deliver` is the I/O edge.
+up (`_Watch`). It never raises: it returns a `Delivery` the caller turns into one warning
+line. The URL may hold a token (Slack's and Teams' do), so it is only ever shown as
+`scheme://host/…` (`shown_url`); a routing key or signing secret is only ever in a body or a
+signature, never in a message.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import http.client
 import json
 import socket
+import sys
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from runbook.printable import printable
+from runbook import paging
+from runbook.paging import generic, slack
+from runbook.paging.text import (
+    EXPIRING,
+    QUEUED,
+    RESOLVED,
+    NoticeProposal,
+    headline,
+    show_command,
+)
 from runbook.redact import redact
+
+if TYPE_CHECKING:
+    from runbook.config import Channel, Config
+    from runbook.remedies.store import QueuedProposal, Store
+
+__all__ = [
+    "EXPIRING", "QUEUED", "RESOLVED", "Delivery", "NoticeProposal", "decided", "deliver",
+    "due", "generic_payload", "headline", "mrkdwn", "send_due", "show_command",
+    "shown_url", "slack_payload",
+]  # fmt: skip
 
 ATTEMPTS = 3
 #: seconds all attempts of one notice may take together, backoff included
 DEADLINE = 5.0
 BACKOFF = (0.25, 0.5)
-QUEUED = "queued"
-EXPIRING = "expiring"
 
-
-class NoticeProposal(Protocol):
-    """What a notice reads of a proposal (runbook.remedies.store.Proposal)."""
-
-    id: str
-    kind: str
-    summary: str
-    node: str | None
-    root_cause: str | None
-    evidence: dict[str, Any]
-    created_at: float
-    expires_at: float
-    source: str
+generic_payload = generic.payload
+slack_payload = slack.payload
+mrkdwn = slack.mrkdwn
 
 
 def shown_url(url: str) -> str:
@@ -69,97 +78,170 @@ def shown_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}/…"
 
 
-def _iso(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _stderr(line: str) -> None:
+    print(f"runbook: warning: {redact(line)}", file=sys.stderr, flush=True)
 
 
-def _in(seconds: float) -> str:
-    minutes = int(abs(seconds) // 60)
-    text = f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
-    return f"in {text}" if seconds >= 0 else f"{text} ago"
+# ------------------------------------------------------------------------------ what is due
+def due(
+    channel: Channel,
+    pending: Sequence[NoticeProposal],
+    done: Sequence[NoticeProposal],
+    sent: Iterable[tuple[str, str]],
+    *,
+    now: float,
+    window: float,
+) -> list[tuple[NoticeProposal, str]]:
+    """(proposal, event) `channel` is owed, oldest proposal first. `pending`: the proposals
+    waiting (an expired one among them is resolved where it was announced, else announced as
+    expired); `done`: proposals decided since. Pure."""
+    seen = set(sent)
+    wants = paging.events(channel.service)
+
+    def owed(p: NoticeProposal, event: str) -> bool:
+        return event in wants and (p.id, paging.notice_name(channel, event)) not in seen
+
+    out: list[tuple[NoticeProposal, str]] = []
+    for p in sorted(pending, key=lambda p: p.created_at):
+        announced = not owed(p, QUEUED) and QUEUED in wants
+        if p.expires_at > now and owed(p, QUEUED):
+            out.append((p, QUEUED))
+        if p.expires_at <= now and announced and owed(p, RESOLVED):
+            out.append((p, RESOLVED))
+        elif (
+            p.expires_at - now <= window
+            and owed(p, EXPIRING)
+            and not (p.expires_at <= now and announced)
+        ):
+            out.append((p, EXPIRING))
+    for p in sorted(done, key=lambda p: p.created_at):
+        if getattr(p, "state", None) in ("pending", "running"):
+            continue
+        if (p.id, paging.notice_name(channel, QUEUED)) in seen and owed(p, RESOLVED):
+            out.append((p, RESOLVED))
+    return out
 
 
-def show_command(pid: str) -> str:
-    return f"runbook approvals show {pid}"
+def unresolved(sent: Iterable[tuple[str, str]], channels: Sequence[Channel]) -> set[str]:
+    """Proposals announced somewhere and not resolved there yet."""
+    seen = set(sent)
+    out: set[str] = set()
+    for channel in channels:
+        queued = paging.notice_name(channel, QUEUED)
+        resolved = paging.notice_name(channel, RESOLVED)
+        out |= {pid for pid, name in seen if name == queued and (pid, resolved) not in seen}
+    return out
 
 
-def headline(p: NoticeProposal, event: str, *, now: float) -> str:
-    node = p.node or "?"
-    verdict = p.root_cause or "?"
-    if event == QUEUED:
-        return f"runbook: proposal {p.id} ({p.kind}) on {node} waits for approval: {verdict}"
-    when = _in(p.expires_at - now)
-    verb = "expires" if p.expires_at >= now else "expired"
-    return f"runbook: proposal {p.id} ({p.kind}) on {node} {verb} {when} undecided: {verdict}"
+# ------------------------------------------------------------------------------- sending
+def _send(
+    config: Config,
+    store: Store,
+    channel: Channel,
+    proposal: NoticeProposal,
+    event: str,
+    now: float,
+) -> Delivery | None:
+    """One notice, claimed first: None when another process has it (or sent it already)."""
+    name = paging.notice_name(channel, event)
+    if not store.claim_notice(proposal.id, name):
+        return None
+    message = paging.message(channel, proposal, event, now=now,
+                             desk_url=config.notify.desk_url, signed_at=time.time())  # fmt: skip
+    delivery = deliver(channel.url, message.body, headers=message.headers,
+                       timeout=config.notify.timeout)  # fmt: skip
+    if delivery.ok:
+        store.notice_sent(proposal.id, name)
+    else:
+        store.release_notice(proposal.id, name)
+    return delivery
 
 
-def _plain(text: str) -> str:
-    """A text field of a notice: redacted, printable."""
-    return printable(redact(text))
+def _gave_up(channel: Channel, delivery: Delivery, left: int) -> str:
+    return (
+        f"{channel.name} {shown_url(channel.url)}: {delivery.error}; "
+        f"{left} notice{'s' if left != 1 else ''} not sent (tried again at the next command)"
+    )
 
 
-def mrkdwn(text: Any) -> str:
-    """`text` as literal characters in Slack's mrkdwn: redacted, printable, and its control
-    characters `&`, `<`, `>` escaped (what opens a link, a mention or a date there)."""
-    plain = _plain(str(text))
-    return plain.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+def send_due(
+    config: Config,
+    store: Store,
+    pending: Sequence[QueuedProposal],
+    now: float,
+    warn: Callable[[str], None] = _stderr,
+) -> int:
+    """Every notice the queue owes each place, each claimed in the store first; how many were
+    sent. A place that gives up keeps the rest of its notices for the next command (a dead
+    webhook costs one deadline, not one per proposal); the other places go on."""
+    from runbook.remedies.store import NotFound
+
+    channels = config.notify.channels
+    sent_before = store.sent_notices()
+    waiting = {p.id for p in pending}
+    done: list[QueuedProposal] = []
+    for pid in sorted(unresolved(sent_before, channels) - waiting):
+        try:
+            done.append(store.get(pid))
+        except NotFound:
+            continue
+    sent = 0
+    for channel in channels:
+        owed = due(channel, pending, done, sent_before, now=now,
+                   window=config.notify.expiry_window)  # fmt: skip
+        for number, (proposal, event) in enumerate(owed):
+            delivery = _send(config, store, channel, proposal, event, now)
+            if delivery is None:
+                continue  # another process is sending it
+            if delivery.ok:
+                sent += 1
+                continue
+            warn(_gave_up(channel, delivery, len(owed) - number))
+            break
+    return sent
 
 
-def _cut(escaped: str, limit: int) -> str:
-    """Escaped mrkdwn cut to `limit` characters, never inside an entity."""
-    if len(escaped) <= limit:
-        return escaped
-    cut = escaped[:limit]
-    amp = cut.rfind("&")
-    return cut[:amp] if amp >= 0 and ";" not in cut[amp:] else cut
+def decided(
+    config: Config,
+    proposal: QueuedProposal,
+    *,
+    warn: Callable[[str], None] = _stderr,
+) -> threading.Thread | None:
+    """Resolve `proposal`'s pages now that it is decided, in a thread of its own: the decision
+    never waits on a slow place and never fails for one (a warning; the next command's
+    publish tries again). The thread is not a daemon: a command's process ends once it is
+    done, within the delivery deadline. Returns it (None when there is nothing to do)."""
+    channels = [c for c in config.notify.channels if RESOLVED in paging.events(c.service)]
+    if not channels or proposal.state in ("pending", "running"):
+        return None
+    thread = threading.Thread(
+        target=_resolve, args=(config, proposal.id, channels, warn),
+        name=f"runbook-resolve-{proposal.id}",
+    )  # fmt: skip
+    thread.start()
+    return thread
 
 
-def generic_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, Any]:
-    evidence = p.evidence or {}
-    return {
-        "event": f"proposal-{event}",
-        "text": _plain(headline(p, event, now=now)),
-        "proposal": p.id,
-        "kind": p.kind,
-        "node": p.node,
-        "verdict": {"root_cause": p.root_cause, "confidence": evidence.get("confidence")},
-        "summary": _plain(p.summary),
-        "source": p.source,
-        "created_at": _iso(p.created_at),
-        "expires_at": _iso(p.expires_at),
-        "expires_in_seconds": round(p.expires_at - now),
-        "command": show_command(p.id),
-    }
+def _resolve(
+    config: Config, pid: str, channels: Sequence[Channel], warn: Callable[[str], None]
+) -> None:
+    from runbook.remedies.store import Store
 
-
-def slack_payload(p: NoticeProposal, event: str, *, now: float) -> dict[str, Any]:
-    text = mrkdwn(headline(p, event, now=now))
-    evidence = p.evidence or {}
-    confidence = evidence.get("confidence") or "?"
-    fields = [
-        f"*Node:* {mrkdwn(p.node or '?')}",
-        f"*Verdict:* {mrkdwn(p.root_cause or '?')} ({mrkdwn(confidence)})",
-        f"*Proposal:* `{mrkdwn(p.id)}` ({mrkdwn(p.kind)})",
-        f"*Expires:* {_iso(p.expires_at)} ({_in(p.expires_at - now)})",
-    ]
-    return {
-        "text": text,
-        "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-            {"type": "section", "fields": [{"type": "mrkdwn", "text": f} for f in fields]},
-            {"type": "section", "text": {"type": "mrkdwn", "text": _cut(mrkdwn(p.summary), 2900)}},
-            {
-                "type": "context",
-                "elements": [{"type": "mrkdwn", "text": f"`{mrkdwn(show_command(p.id))}`"}],
-            },
-        ],
-    }
-
-
-PAYLOADS: Mapping[str, Callable[..., dict[str, Any]]] = {
-    "json": generic_payload,
-    "slack": slack_payload,
-}
+    try:
+        with Store(config.db) as store:
+            proposal = store.get(pid)
+            sent = store.sent_notices()
+            now = time.time()
+            for channel in channels:
+                if not due(channel, (), [proposal], sent, now=now, window=0):
+                    continue
+                delivery = _send(config, store, channel, proposal, RESOLVED, now)
+                if delivery is not None and not delivery.ok:
+                    warn(_gave_up(channel, delivery, 1))
+    except Exception as exc:  # a background thread: whatever happens is one warning
+        why = getattr(exc, "one_line", None)
+        warn(f"proposal {pid}: pages not resolved: "
+             f"{why() if callable(why) else f'{type(exc).__name__}: {exc}'}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -254,16 +336,19 @@ def _retryable(status: int) -> bool:
 
 def deliver(
     url: str,
-    payload: Mapping[str, Any],
+    payload: Mapping[str, Any] | bytes,
     *,
+    headers: Mapping[str, str] | None = None,
     timeout: float = 2.0,
     attempts: int = ATTEMPTS,
     deadline: float = DEADLINE,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Delivery:
-    """POST `payload` as JSON to `url`: bounded attempts, each with a timeout, all within
-    `deadline` seconds. Never raises."""
-    body = json.dumps(payload).encode("utf-8")
+    """POST `payload` (JSON, or the exact bytes given) to `url` with `headers`: bounded
+    attempts, each with a timeout, all within `deadline` seconds. Never raises."""
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
+    sent_headers = {"Content-Type": "application/json", **(headers or {}),
+                    "User-Agent": "nccl-runbook"}  # fmt: skip
     ends = time.monotonic() + deadline
 
     def failed(tries: int, why: str) -> Delivery:
@@ -279,7 +364,7 @@ def deliver(
             url,
             data=body,
             method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": "nccl-runbook"},
+            headers=sent_headers,
         )
         try:
             _post(request, min(timeout, left))

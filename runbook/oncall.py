@@ -7,9 +7,12 @@ denial, a recovery, a verification; `runbook approvals publish` from a timer). I
 queue as it now is, so the file and the notices follow the store whichever command changed
 it, and a notice missed once (webhook down) goes out at the next command.
 
-Notices: `queued` once per pending proposal; `expiring` once, when a pending proposal expires
-within the window (2 h by default) or already has, undecided. Each is recorded in the store
-when sent and never sent again.
+Notices (runbook.notify, to every place the config names): `queued` once per pending
+proposal; `expiring` once, when a pending proposal expires within the window (2 h by default);
+`resolved` once where `queued` went, when the proposal is decided (runbook.notify.decided
+sends it at once; here is the catch-up) or expires undecided (a proposal that expired before
+it was announced is announced as expired instead). Each is recorded in the store when sent
+and never sent again.
 
 Publishing never fails the command that triggered it: a problem is one warning line on stderr
 and the command's exit code is what it would have been. After one notice gives up, the rest
@@ -26,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runbook import metrics, notify
-from runbook.config import Config
+from runbook.config import Channel, Config
 from runbook.errors import RunbookError
 from runbook.redact import redact
 
@@ -41,15 +44,10 @@ def _stderr(line: str) -> None:
 def due_notices(
     pending: Sequence[QueuedProposal], sent: Iterable[tuple[str, str]], *, now: float, window: float
 ) -> list[tuple[QueuedProposal, str]]:
-    """(proposal, notice) not sent yet, oldest proposal first. Pure."""
-    done = set(sent)
-    due: list[tuple[QueuedProposal, str]] = []
-    for p in sorted(pending, key=lambda p: p.created_at):
-        if p.expires_at > now and (p.id, notify.QUEUED) not in done:
-            due.append((p, notify.QUEUED))
-        if p.expires_at - now <= window and (p.id, notify.EXPIRING) not in done:
-            due.append((p, notify.EXPIRING))
-    return due
+    """(proposal, notice) the one webhook is owed for the pending proposals, oldest first. Pure."""
+    webhook = Channel("webhook", "json", "http://webhook")
+    owed = notify.due(webhook, pending, (), sent, now=now, window=window)
+    return [(p, event) for p, event in owed]  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -70,7 +68,7 @@ def publish(
     """Write the queue's metrics file and send the notices due (see the module docstring).
     Never raises: whatever goes wrong here (a store locked past its timeout included) is one
     warning line, and the command that changed the queue has done its work already."""
-    if config.textfile_dir is None and not config.notify.webhook_url:
+    if config.textfile_dir is None and not config.notify.enabled:
         return Published()
     try:
         return _publish(config, store, warn, time.time() if now is None else now)
@@ -88,8 +86,8 @@ def _publish(
     if config.textfile_dir is not None:
         written = write_queue_metrics(config.textfile_dir, pending, moment, warn)
     sent = 0
-    if config.notify.webhook_url:
-        sent = send_notices(config, store, pending, moment, warn)
+    if config.notify.enabled:
+        sent = notify.send_due(config, store, pending, moment, warn)
     return Published(len(pending), written, sent)
 
 
@@ -110,37 +108,3 @@ def write_metrics(
         why = exc.one_line() if isinstance(exc, RunbookError) else (exc.strerror or str(exc))
         warn(f"metrics not written to {directory}: {why}")
         return None
-
-
-def send_notices(
-    config: Config,
-    store: Store,
-    pending: Sequence[QueuedProposal],
-    now: float,
-    warn: Callable[[str], None],
-) -> int:
-    """The due notices, each claimed in the store first; how many were sent."""
-    url = config.notify.webhook_url
-    assert url is not None
-    build = notify.PAYLOADS[config.notify.format]
-    due = due_notices(
-        pending, store.sent_notices(), now=now, window=config.notify.expiry_window
-    )
-    sent = 0
-    for number, (proposal, notice) in enumerate(due):
-        if not store.claim_notice(proposal.id, notice):
-            continue  # another process is sending it
-        delivery = notify.deliver(url, build(proposal, notice, now=now),
-                                  timeout=config.notify.timeout)
-        if delivery.ok:
-            store.notice_sent(proposal.id, notice)
-            sent += 1
-            continue
-        store.release_notice(proposal.id, notice)
-        left = len(due) - number
-        warn(
-            f"webhook {notify.shown_url(url)}: {delivery.error}; "
-            f"{left} notice{'s' if left != 1 else ''} not sent (tried again at the next command)"
-        )
-        break
-    return sent

@@ -428,10 +428,11 @@ def publish_cmd(ctx: click.Context, fmt: str) -> None:
     from runbook.remedies.store import Store
 
     cfg = load_config(ctx, db=(ctx.obj or {}).get("db"))
-    if cfg.textfile_dir is None and not cfg.notify.webhook_url:
+    if cfg.textfile_dir is None and not cfg.notify.enabled:
         raise UsageError(
             "nothing to publish to: give --textfile-dir DIR, or set metrics.textfile_dir or "
-            "notify.webhook_url in the config (or RUNBOOK_TEXTFILE_DIR, RUNBOOK_WEBHOOK_URL)"
+            "a notify place in the config (webhook_url, slack, teams, pagerduty; or "
+            "RUNBOOK_TEXTFILE_DIR, RUNBOOK_WEBHOOK_URL)"
         )
     with Store(cfg.db) as store:
         done = publish(cfg, store)
@@ -439,13 +440,13 @@ def publish_cmd(ctx: click.Context, fmt: str) -> None:
         click.echo(json.dumps({
             "pending": done.pending,
             "metrics_file": str(done.metrics_file) if done.metrics_file else None,
-            "notices_sent": done.notices_sent if cfg.notify.webhook_url else None,
+            "notices_sent": done.notices_sent if cfg.notify.enabled else None,
         }, indent=2))
         return
     click.echo(
         f"{done.pending} pending"
         + (f"; metrics: {done.metrics_file}" if done.metrics_file else "")
-        + (f"; {done.notices_sent} notices sent" if cfg.notify.webhook_url else "")
+        + (f"; {done.notices_sent} notices sent" if cfg.notify.enabled else "")
     )
 
 

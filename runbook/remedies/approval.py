@@ -129,7 +129,7 @@ class Desk:
         """`publish`: the queue, as this desk leaves it, to its metrics file and webhook
         (runbook.oncall; never raises). Not after an interrupt: the user asked to stop."""
         try:
-            wanted = self.config.textfile_dir is not None or self.config.notify.webhook_url
+            wanted = self.config.textfile_dir is not None or self.config.notify.enabled
             if publish and not self.readonly and wanted:
                 # imported only when there is somewhere to publish: the webhook client
                 # (urllib, http.client) costs ~10 ms of every command's start otherwise
@@ -151,6 +151,13 @@ class Desk:
         entry = self.audit.append(event, proposal=proposal, actor=actor, data=data)
         self.store.record_audit_head(int(entry["seq"]), str(entry["hash"]))
 
+    def _decided(self, proposal: QueuedProposal) -> None:
+        """Its pages resolved where they were opened, in the background (runbook.notify)."""
+        if self.config.notify.enabled and not self.readonly:
+            from runbook import notify
+
+            notify.decided(self.config, proposal)
+
     # ------------------------------------------------------------------------------ queue
     def queue_verdict(
         self,
@@ -162,6 +169,7 @@ class Desk:
         variables: Mapping[str, Any],
         run_dir: str | None,
         source: str = "run",
+        requested_by: str | None = None,
     ) -> list[Queued]:
         """Queue each executable proposal of a verdict (advice kinds, and proposals whose plan
         lacks an input — `requires_approval: false` — are not queued). `requested_by`: who
@@ -171,7 +179,6 @@ class Desk:
         for typed_proposal in verdict.proposals:
             if kinds.is_advice(typed_proposal.kind) or not typed_proposal.requires_approval:
                 # advice: its plan lacks an input (`missing`), so there is nothing to approve
-        requested_by: str | None = None,
                 continue
             # the plan reads the proposal's JSON (its params and the remedy's extra fields)
             proposal = typed_proposal.to_json()
@@ -201,6 +208,7 @@ class Desk:
                 runbook=runbook_id,
                 variables=variables,
                 run_dir=run_dir,
+                requested_by=requester,
             )
             self.record(
                 "proposed" if new else "refreshed",
@@ -208,7 +216,6 @@ class Desk:
                 requester,
                 {
                     "kind": stored.kind,
-                requested_by=requester,
                     "node": node,
                     "summary": stored.summary,
                     "root_cause": stored.root_cause,
@@ -287,8 +294,9 @@ class Desk:
         raise Refused(why)
 
     def _refuse(self, proposal: QueuedProposal, actor: str, reason: str) -> Refused:
-        self.store.decide(proposal.id, "refused", actor=actor, reason=reason)
+        refused = self.store.decide(proposal.id, "refused", actor=actor, reason=reason)
         self.record("refused", proposal.id, actor, {"reason": reason})
+        self._decided(refused)
         return Refused(f"proposal {proposal.id} refused: {reason}")
 
     def deny(self, pid: str, *, reason: str, as_user: str | None = None) -> QueuedProposal:
@@ -298,6 +306,7 @@ class Desk:
         self._authorise(self.store.get(pid), actor, as_user, "deny")
         proposal = self.store.decide(pid, "denied", actor=actor, reason=reason)
         self.record("denied", pid, actor, {"reason": reason})
+        self._decided(proposal)
         return proposal
 
     def skip(self, pid: str, *, as_user: str | None = None) -> QueuedProposal:
@@ -342,6 +351,7 @@ class Desk:
         }
         done = self.store.recover(pid, result=result)
         self.record("recovered", pid, actor, {**result, "forced": force and gone is None})
+        self._decided(done)
         return done
 
     def plan_of(self, proposal: QueuedProposal) -> plans.Plan:
@@ -376,6 +386,7 @@ class Desk:
         recheck_fn: Recheck | None = None,
         guard_fn: Guard | None = None,
         checked: PlaybookResult | None = None,
+        identity: str | None = None,
     ) -> Execution:
         """`checked`: the check-mode run the approver has just seen (the guided prompt's
         preview of this same plan); otherwise the check run happens here, after the claim.
@@ -385,10 +396,10 @@ class Desk:
         proposal = self.store.get(pid)
         self._authorise(proposal, actor, as_user)
         plan = self._approvable_plan(proposal, actor)
+        self._second_person(proposal, actor, identity or self.identity_of(as_user))
         if recheck and recheck_fn is not None:
             self._evidence_holds(proposal, actor, recheck_fn)
         if guard_fn is not None and kinds.takes_node_out(proposal.kind):
-        identity: str | None = None,
             self._guard_allows(proposal, plan, actor, guard_fn)
         proposal = self.store.claim(pid, actor=actor)
         self.record(
@@ -396,20 +407,9 @@ class Desk:
             pid,
             actor,
             {"playbook": plan.playbook, "extravars": plan.extravars, "inventory": plan.inventory},
-        self._second_person(proposal, actor, identity or self.identity_of(as_user))
         )
         return self._execute(proposal, plan, actor, checked=checked, on_task=on_task)
 
-    def _approvable_plan(self, proposal: QueuedProposal, actor: str) -> plans.Plan:
-        """The plan of a proposal still pending, within its TTL, with a plan whose source
-        files are as they were planned; refused (stale, no plan) otherwise."""
-        if proposal.state != "pending":
-            from runbook.remedies.store import Conflict
-
-            raise Conflict(self.store._not_pending(proposal))
-        if proposal.expired:
-            age = _duration(time.time() - proposal.created_at)
-            ttl = _duration(proposal.expires_at - proposal.created_at)
     def identity_of(self, as_user: str | None) -> str:
         """The person approving, for the two-person rule: the `--as` name where the config's
         approvers (and delegation) vouch for it, else the OS user: `--as` alone is a label
@@ -439,6 +439,16 @@ class Desk:
                 "another person approves it"
             )
 
+    def _approvable_plan(self, proposal: QueuedProposal, actor: str) -> plans.Plan:
+        """The plan of a proposal still pending, within its TTL, with a plan whose source
+        files are as they were planned; refused (stale, no plan) otherwise."""
+        if proposal.state != "pending":
+            from runbook.remedies.store import Conflict
+
+            raise Conflict(self.store._not_pending(proposal))
+        if proposal.expired:
+            age = _duration(time.time() - proposal.created_at)
+            ttl = _duration(proposal.expires_at - proposal.created_at)
             raise self._refuse(
                 proposal,
                 actor,
@@ -543,6 +553,7 @@ class Desk:
         done = self.store.finish(proposal.id, ok=ok, result=result)
         summary = {k: v for k, v in result.items() if k not in ("diff",)}
         self.record("executed" if ok else "failed", proposal.id, actor, summary)
+        self._decided(done)
         return done
 
     def _run(
