@@ -89,6 +89,12 @@ SAMPLES = [
     ("nccl-plugin-probe",
      "h0913n-ubuntu:12877:12877 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]",
      "https://github.com/NVIDIA/nccl/issues/259"),
+    ("nccl-setting-adjusted",
+     "node0021:21858:22794 [5] graph/search.cc:765 NCCL WARN Could not find a path for pattern 4, "
+     "falling back to simple order", "https://github.com/NVIDIA/nccl/issues/487"),
+    ("nccl-setting-adjusted",
+     "nodea:26799:27025 [0] graph/tuning.cc:187 NCCL WARN CollNet is not supported or fails to "
+     "initialize, ignoring NCCL_ALGO=COLLNET", "https://github.com/NVIDIA/nccl-tests/issues/133"),
     ("python-warning",
      "/home/krumo/work/utils/anaconda3/envs/knet/lib/python3.7/multiprocessing/semaphore_tracker.py"
      ":144: UserWarning: semaphore_tracker: There appear to be 56 leaked semaphores to clean up at "
