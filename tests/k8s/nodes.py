@@ -11,7 +11,10 @@ machines; the sshd is in the test host's namespaces, as PID 1 is in a node's).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
+import signal
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -104,6 +107,25 @@ class KubeCluster:
         pid = self.host.sshd_pid
         assert pid is not None
         return pid
+
+    def processes(self, text: str) -> list[int]:
+        """Live (not zombie) processes in the node's namespaces whose command line has `text`."""
+        found = []
+        for pid in self.host.pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+            except (OSError, IndexError):
+                continue
+            if text.encode() in cmdline and state != "Z":
+                found.append(pid)
+        return found
+
+    def kill(self, text: str) -> None:
+        """SIGKILL to what `processes(text)` finds (a test's leftovers, by their pids)."""
+        for pid in self.processes(text):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def exec_requests(self) -> list[Any]:
         return [r for r in self.api.requests if r.resource == "pods/exec"]

@@ -33,20 +33,6 @@ def _transport(cluster: KubeCluster) -> KubectlTransport:
     return KubectlTransport("kube-system", cluster.agent, nsenter_pid=cluster.nsenter_pid)
 
 
-def _alive(cluster: KubeCluster, pattern: str) -> list[str]:
-    """Pids of live (not zombie) processes on the node whose command line matches."""
-    pids = cluster.host.exec(["pgrep", "-f", pattern]).stdout.split()
-    alive = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
-        except OSError:
-            continue
-        if state != "Z":
-            alive.append(pid)
-    return alive
-
-
 def _cli(cluster: KubeCluster, tmp_path: Path, *args: str, **extra: str) -> Any:
     return subprocess.run(
         [sys.executable, "-m", "runbook", *args], env=_env(cluster, tmp_path, **extra),
@@ -85,10 +71,10 @@ def test_a_timed_out_probe_is_stopped_on_the_node_not_only_in_kubectl(
         result = transport.run(Probe("slow.txt", "sleep 271 | cat", timeout=1.0))
         assert result.timed_out
         time.sleep(0.3)
-        assert _alive(kube_cluster, "sleep 271") == []
+        assert kube_cluster.processes("sleep 271") == []
     finally:
         transport.close()
-        kube_cluster.host.exec(["pkill", "-f", "sleep 271"])
+        kube_cluster.kill("sleep 271")
 
 
 def test_a_hung_probe_hands_the_rest_of_its_batch_to_a_new_exec(
@@ -120,12 +106,12 @@ def test_a_hung_probe_hands_the_rest_of_its_batch_to_a_new_exec(
             threads.pop().join(30)
     finally:
         transport.close()
-        kube_cluster.host.exec(["pkill", "-f", "sleep 272"])
+        kube_cluster.kill("sleep 272")
     assert sorted(results) == [0, 1, 2, 3]
     assert results[2][1].stdout == "c\n" and results[3][1].stdout == "d\n"
     assert results[3][0] < 4.0 + BATCH_PATIENCE_S, "the rest waited for the hung probe"
     assert results[1][1].timed_out
-    assert _alive(kube_cluster, "sleep 272") == []
+    assert kube_cluster.processes("sleep 272") == []
 
 
 def test_closing_the_transport_stops_a_batch_in_flight_on_the_node(
@@ -142,15 +128,15 @@ def test_closing_the_transport_stops_a_batch_in_flight_on_the_node(
     worker.start()
     try:
         deadline = time.monotonic() + 20
-        while not _alive(kube_cluster, "sleep 273"):
+        while not kube_cluster.processes("sleep 273"):
             assert time.monotonic() < deadline, "the probe never started"
             time.sleep(0.05)
         transport.close()
         worker.join(20)
         assert not worker.is_alive()
-        assert _alive(kube_cluster, "sleep 273") == []
+        assert kube_cluster.processes("sleep 273") == []
     finally:
-        kube_cluster.host.exec(["pkill", "-f", "sleep 273"])
+        kube_cluster.kill("sleep 273")
 
 
 def test_kubectl_node_target_finds_the_agent_by_label_and_node_name(

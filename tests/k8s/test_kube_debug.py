@@ -208,7 +208,7 @@ def test_a_run_stopped_mid_walk_deletes_its_debug_pod_and_stops_its_probes_on_th
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while "sleep 300" not in kube_cluster.host.exec(["pgrep", "-a", "sleep"]).stdout:
+        while not kube_cluster.processes("sleep 300"):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the hanging probe never started"
             time.sleep(0.1)
@@ -222,9 +222,7 @@ def test_a_run_stopped_mid_walk_deletes_its_debug_pod_and_stops_its_probes_on_th
     assert proc.returncode == code, err
     assert "Traceback" not in err
     assert _debug_pods(kube_cluster) == [] and len(_deleted(kube_cluster)) == 1
-    left = kube_cluster.host.exec(["pgrep", "-f", "sleep 300"]).stdout.split()
-    alive = [p for p in left if Path(f"/proc/{p}/stat").read_text().split(") ")[1][0] != "Z"]
-    assert alive == [], "the hung probe still runs on the node"
+    assert kube_cluster.processes("sleep 300") == [], "the hung probe still runs on the node"
 
 
 def test_a_debug_pod_left_by_a_killed_run_is_found_by_the_printed_clean_up_line(
@@ -249,4 +247,4 @@ def test_a_debug_pod_left_by_a_killed_run_is_found_by_the_printed_clean_up_line(
                           timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert _debug_pods(kube_cluster) == []
-    kube_cluster.host.exec(["pkill", "-f", "sleep 300"])
+    kube_cluster.kill("sleep 300")
