@@ -161,14 +161,22 @@ def duration_text(seconds: float) -> str:
     return f"{hours} h {rest // 60} min"
 
 
+def _stamp(time: Any) -> str:
+    moment = parse_time(time)
+    if moment is None:
+        return ""
+    return moment.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
 def _since(time: Any, now: Any) -> str:
+    """` since 2026-…Z` (and how long before the evidence was read), or nothing."""
     start, end = parse_time(time), parse_time(now)
     if start is None:
         return ""
-    stamp = start.astimezone(dt.timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
     if end is None:
-        return f" since {stamp}"
-    return f" since {stamp} ({duration_text((end - start).total_seconds())} before collection)"
+        return f" since {_stamp(time)}"
+    took = duration_text((end - start).total_seconds())
+    return f" since {_stamp(time)}, {took} before the evidence was read"
 
 
 def _pg_text(pg: str, desc: str) -> str:
@@ -286,7 +294,7 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
     )
     wait_text = (
         f"{_ranks_text(waiting)} wait{'s' if len(waiting) == 1 else ''} in {op} #{seq:,} of "
-        f"{where}{_since(base['waiting_since'], now)}"
+        f"{where}" + (f" since {_stamp(base['waiting_since'])}" if base["waiting_since"] else "")
         if waiting
         else ""
     )
@@ -294,12 +302,28 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
     for rank, entry in sorted(at_seq.items()):
         signatures.setdefault(_signature(entry), []).append(rank)
     if len(signatures) > 1:
-        calls = [
-            f"{_ranks_text(ranks)} called {sig[0]} with sizes {sig[1]}"
-            + (f" ({sig[2]})" if sig[2] not in ("None", "") else "")
-            for sig, ranks in sorted(signatures.items(), key=lambda kv: kv[1][0])
-        ]
         kind = "op" if len({s[0] for s in signatures}) > 1 else "size"
+        show_dtypes = len({s[2] for s in signatures}) > 1
+        ordered = sorted(signatures.items(), key=lambda kv: kv[1][0])
+        if kind == "op":
+            head = f"the ranks called different collectives as #{seq:,} of {where}: "
+            calls = [f"{_ranks_text(r)} called {sig[0]} with sizes {sig[1]}" for sig, r in ordered]
+        else:
+            head = f"the ranks called {op} #{seq:,} of {where} with different sizes: "
+            calls = [
+                f"{_ranks_text(r)} called {sig[0]} with sizes {sig[1]}"
+                + (f" of {sig[2]}" if show_dtypes else "")
+                for sig, r in ordered
+            ]
+        pending_by_op: dict[str, list[int]] = {}
+        for rank in waiting:
+            pending_by_op.setdefault(str(at_seq[rank].get("op")), []).append(rank)
+        waits = [
+            f"{_ranks_text(r)} wait{'s' if len(r) == 1 else ''} in {o}"
+            for o, r in pending_by_op.items()
+        ]
+        if waits and base["waiting_since"]:
+            waits[-1] += f" since {_stamp(base['waiting_since'])}"
         evidence = [
             _fr_evidence(
                 dumped[r],
@@ -317,9 +341,7 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
                 {"ranks": ranks, "op": sig[0], "sizes": sig[1], "dtypes": sig[2]}
                 for sig, ranks in signatures.items()
             ],
-            "statement": f"the ranks called different collectives as #{seq:,} of {where}: "
-            + "; ".join(calls)
-            + (f"; {wait_text}" if wait_text else ""),
+            "statement": head + "; ".join(calls) + ("; " + ", ".join(waits) if waits else ""),
             "evidence": evidence,
         }
     if behind:
@@ -360,13 +382,19 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
             if stack:
                 evidence.append(stack)
             last_text = (
-                f" (its last: {last.get('op')} #{last.get('seq'):,}"
-                f"{_since(since, now).replace(' since', ', entered')})"
+                f"; stalled since its {last.get('op')} #{last.get('seq'):,}"
+                + (f" at {_stamp(since)}" if since else "")
+                + (
+                    f", {duration_text((parse_time(now) - parse_time(since)).total_seconds())}"
+                    " before the evidence was read"
+                    if since and parse_time(now) and parse_time(since)
+                    else ""
+                )
                 if last
-                else ""
+                else "; no collective of that group in its dump"
             )
             parts.append(
-                f"{_who(view)} never entered {op} #{seq:,} of {where}{last_text}; {_where(view)}"
+                f"{_who(view)} never entered {op} #{seq:,} of {where}; {_where(view)}{last_text}"
             )
         for rank in waiting:
             entry = at_seq[rank]

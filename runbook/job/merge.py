@@ -22,6 +22,7 @@ from typing import Any
 
 from runbook.causal import causal_order, parse_time
 from runbook.diagnosis import VERDICT_FORMAT
+from runbook.job import hang
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
 from runbook.remedies import kinds
@@ -563,7 +564,7 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         root_cause, scope = _uncorrelated_root_cause(swept, results)
     if shared:
         root_cause = shared["cause"]
-    return {
+    verdict = {
         "format": VERDICT_FORMAT,
         "kind": "job",
         "job": {
@@ -590,6 +591,8 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         "proposals": _proposals(swept, shared),
         "timeline": merged_timeline(results),
     }
+    # a hang: every node's ranks lined up together (the rank behind, a mismatch, or none)
+    return hang.apply(verdict, swept)
 
 
 def _node_row(

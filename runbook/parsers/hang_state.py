@@ -67,6 +67,7 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     collected = bool(fr["collected"] or spy["collected"] or dog.get("timeouts") or processes)
     return {
         "collected": collected,
+        "read_at": _now(context),
         "cause": result.get("cause"),
         "statement": result.get("statement") or "",
         "basis": result.get("basis"),

@@ -17,7 +17,8 @@ The flight recorder records every collective with gloo in PyTorch 2.13, but gloo
 dump-on-timeout (``TORCH_NCCL_DUMP_ON_TIMEOUT`` is the NCCL backend's). So each rank runs a
 watchdog thread of its own: when a collective of this rank has been pending for
 ``HANG_WATCHDOG_S`` seconds (default 1.5), or another rank has signalled (a file
-``HANG_DIR/dump-signal``, as NCCL's watchdog signals its peers through the store), it
+``HANG_SIGNAL``, default ``HANG_DIR/dump-signal``, as NCCL's watchdog signals its peers
+through the store), it
 dumps the recorder with ``torch._C._distributed_c10d._dump_fr_trace`` (pickle) or
 ``_dump_fr_trace_json``, logs one line, and signals the others. The gloo timeout itself
 (``HANG_TIMEOUT_S``, default 30) is only the backstop that ends a rank the test forgot.
@@ -46,7 +47,7 @@ def _dump(rank: int, c10d: object, fmt: str) -> str:
     prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE", "/tmp/nccl_trace_rank_")
     path = f"{prefix}{rank}"
     data = c10d._dump_fr_trace_json() if fmt == "json" else c10d._dump_fr_trace()  # type: ignore[attr-defined]
-    tmp = f"{path}.tmp"
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.tmp")
     with open(tmp, "wb") as out:
         out.write(data)
     os.replace(tmp, path)
@@ -69,7 +70,7 @@ def _pending_for(c10d: object) -> float:
 def _watchdog(rank: int, hang_dir: str, fmt: str, after: float) -> None:
     import torch._C._distributed_c10d as c10d
 
-    signal = os.path.join(hang_dir, "dump-signal")
+    signal = os.environ.get("HANG_SIGNAL") or os.path.join(hang_dir, "dump-signal")
     while True:
         time.sleep(0.2)
         try:
@@ -78,8 +79,7 @@ def _watchdog(rank: int, hang_dir: str, fmt: str, after: float) -> None:
             return
         if pending >= after or os.path.exists(signal):
             path = _dump(rank, c10d, fmt)
-            log.info("hangjob watchdog: no progress for %.1f s; flight recorder dumped to %s",
-                     pending, path)  # fmt: skip
+            log.info("hangjob watchdog: no progress for %.1f s; dumped to %s", pending, path)
             with open(signal, "a") as mark:
                 mark.write(f"{rank}\n")
             return
@@ -105,8 +105,12 @@ def main() -> int:
     dist.init_process_group("gloo", timeout=dt.timedelta(seconds=timeout))
     threading.Thread(
         target=_watchdog,
-        args=(rank, hang_dir, os.environ.get("HANG_DUMP_FORMAT", "pickle"),
-              float(os.environ.get("HANG_WATCHDOG_S", "1.5"))),  # fmt: skip
+        args=(
+            rank,
+            hang_dir,
+            os.environ.get("HANG_DUMP_FORMAT", "pickle"),
+            float(os.environ.get("HANG_WATCHDOG_S", "1.5")),
+        ),
         daemon=True,
     ).start()
     grads = torch.ones(8)
