@@ -17,6 +17,8 @@ regular expression that each of the string's file paths must hold) agree, classi
     unclassified: R  deliberately not classified, for the reason R.
     fill: [...]      values for the format's conversions in order (`%s`, `%d`, `{name}`, `{}`),
                      where the default ones would not make the line it really is.
+    raises: RE       (c10d) the C++ error class the site raises must match: it decides the
+                     Python exception the line starts with (PYTHON_EXCEPTION).
 
 Kernel formats (kernel.yaml) carry their own sample and the record the kernel parser must make
 of it (`reads_as`); their rules give role, cause and why.
@@ -68,6 +70,8 @@ class Entry:
     #: kernel formats only: a real line and the parser record it must make
     sample: str | tuple[str, ...] | None = None
     reads_as: str | None = None
+    #: c10d only: the C++ error class the site raises (it decides the Python exception)
+    raises: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,11 +86,14 @@ class Rule:
     why: str | None
     unclassified: str | None
     fill: tuple[str, ...]
+    raises: re.Pattern[str] | None = None
 
     def holds(self, entry: Entry) -> bool:
         if self.kind is not None and entry.kind != self.kind:
             return False
         if self.file is not None and not all(self.file.search(f) for f in entry.files):
+            return False
+        if self.raises is not None and not self.raises.search(entry.raises or ""):
             return False
         return bool(self.match.search(entry.text))
 
@@ -139,6 +146,7 @@ def entries(source: str) -> tuple[Entry, ...]:
             files=tuple(s["files"]),
             sample=tuple(s["sample"]) if isinstance(s.get("sample"), list) else s.get("sample"),
             reads_as=s.get("reads_as"),
+            raises=s.get("raises"),
         )
         for s in doc["strings"]
     )
@@ -170,6 +178,7 @@ def _rule(index: int, raw: dict[str, Any]) -> Rule:
         why=raw.get("why"),
         unclassified=raw.get("unclassified"),
         fill=tuple(str(x) for x in raw.get("fill", ())),
+        raises=re.compile(raw["raises"]) if raw.get("raises") else None,
     )
 
 
@@ -201,15 +210,29 @@ FRAMES = {
         "torch.distributed.DistBackendError: NCCL error in: "
         "../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, {text}, NCCL version 2.21.5"
     ),
-    ("pytorch", "check"): "RuntimeError: {text}",
-    ("pytorch", "throw"): "RuntimeError: {text}",
-    ("pytorch", "message"): "RuntimeError: {text}",
+    ("pytorch", "check"): "{exc}: {text}",
+    ("pytorch", "throw"): "{exc}: {text}",
+    ("pytorch", "message"): "{exc}: {text}",
     ("pytorch", "log-error"): (
         "[rank3]:[E1205 10:14:07.551908 41235 torch/csrc/distributed/c10d/"
         "ProcessGroupNCCL.cpp:1595] {text}"
     ),
     ("cuda", "error-string"): "RuntimeError: CUDA error: {text}",
 }
+
+
+#: the Python exception a c10d error class reaches Python as (torch/csrc/Exceptions.h,
+#: c10d's exception.h and its pybind translation); anything else is a RuntimeError
+PYTHON_EXCEPTION = {
+    "ValueError": "ValueError", "TypeError": "TypeError", "IndexError": "IndexError",
+    "NotImplementedError": "NotImplementedError", "invalid_argument": "ValueError",
+    "out_of_range": "IndexError", "DistError": "torch.distributed.DistError",
+    "DistBackendError": "torch.distributed.DistBackendError",
+    "DistStoreError": "torch.distributed.DistStoreError",
+    "DistNetworkError": "torch.distributed.DistNetworkError",
+    "SocketError": "torch.distributed.DistNetworkError",
+    "TimeoutError": "torch.distributed.DistNetworkError",
+}  # fmt: skip
 
 
 def sample_of(entry: Entry, rule: Rule | None) -> str:
@@ -221,7 +244,8 @@ def sample_of(entry: Entry, rule: Rule | None) -> str:
     text = fill(text, rule.fill if rule else ())
     frame = FRAMES[(entry.source, entry.kind)]
     file = entry.files[0].removeprefix("src/") if entry.files else "init.cc"
-    return frame.format(text=text, file=file)
+    exc = PYTHON_EXCEPTION.get(entry.raises or "", "RuntimeError")
+    return frame.format(text=text, file=file, exc=exc)
 
 
 def read_line(line: str) -> tuple[str, str, str | None] | None:

@@ -49,7 +49,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,7 +254,13 @@ _CHECKS = {
 _NAMED = re.compile(r"(?i)(?:msg|err|error|exit|reason)")
 
 
-def pytorch_file(source: str) -> Iterator[tuple[str, str]]:
+#: the C++ error class a check raises without naming one
+_RAISES = {"TORCH_CHECK": "Error", "TORCH_CHECK_VALUE": "ValueError",
+           "TORCH_CHECK_NOT_IMPLEMENTED": "NotImplementedError"}  # fmt: skip
+
+
+def pytorch_file(source: str) -> Iterator[tuple[str, str, str | None]]:
+    """(kind, text, the C++ error class raised, when the site names one) of every message."""
     toks = tokens(source)
     for i, t in enumerate(toks):
         nxt = toks[i + 1].text if i + 1 < len(toks) else ""
@@ -263,13 +269,14 @@ def pytorch_file(source: str) -> Iterator[tuple[str, str]]:
                 continue
             args, _ = args_at(toks, i + 1)
             rest = [x for a in args[_CHECKS[t.text] :] for x in a]
+            raises = _RAISES.get(t.text) or (args[0][-1].text if args and args[0] else None)
             if (text := message_of(rest)) is not None:
-                yield "check" if t.text.startswith("TORCH") else "throw", text
+                yield "check" if t.text.startswith("TORCH") else "throw", text, raises
         elif t.text == "throw" and nxt == "std" and i + 4 < len(toks) and toks[i + 4].text == "(":
             if toks[i + 3].text.endswith(("_error", "_argument")):
                 args, _ = args_at(toks, i + 4)
                 if (text := message_of([x for a in args for x in a])) is not None:
-                    yield "throw", text
+                    yield "throw", text, toks[i + 3].text
         elif t.text == "LOG" and nxt == "(" and i + 3 < len(toks):
             level = toks[i + 2].text
             if level in ("ERROR", "FATAL") and toks[i + 3].text == ")":
@@ -277,7 +284,7 @@ def pytorch_file(source: str) -> Iterator[tuple[str, str]]:
                 while j < len(toks) and toks[j].text != ";":
                     j += 1
                 if (text := message_of(toks[i + 4 : j])) is not None:
-                    yield "log-error", text
+                    yield "log-error", text, None
         elif t.kind == "ident" and _NAMED.search(t.text) and nxt == "=" and i + 2 < len(toks):
             # `auto exceptionMsg = c10::str(…);`, `std::string err = "NCCL error in: " + …;`
             j = i + 2
@@ -288,7 +295,7 @@ def pytorch_file(source: str) -> Iterator[tuple[str, str]]:
                 value[0].kind == "str" or [x.text for x in value[:3]] == ["c10", "::", "str"]
             ):
                 if (text := message_of(value)) is not None and len(text) > 12:
-                    yield "message", text
+                    yield "message", text, None
 
 
 def c10d_sources(tarball: Path) -> Iterator[tuple[str, str]]:
@@ -303,11 +310,12 @@ def c10d_sources(tarball: Path) -> Iterator[tuple[str, str]]:
 
 
 def pytorch(tarballs: list[tuple[str, Path]]) -> dict[str, object]:
-    found: dict[tuple[str, str], dict[str, set[str]]] = {}
+    found: dict[tuple[str, str, str | None], dict[str, set[str]]] = {}
     for release, tarball in tarballs:
         for name, source in sorted(c10d_sources(tarball)):
-            for kind, text in pytorch_file(source):
-                entry = found.setdefault((kind, text), {"releases": set(), "files": set()})
+            for kind, text, raises in pytorch_file(source):
+                key = (kind, text, raises)
+                entry = found.setdefault(key, {"releases": set(), "files": set()})
                 entry["releases"].add(release)
                 entry["files"].add(f"torch/csrc/distributed/c10d/{name}")
     return _document(
@@ -372,19 +380,19 @@ def _document(
     source: str,
     origin: str,
     releases: list[dict[str, str]],
-    found: dict[tuple[str, str], dict[str, set[str]]],
+    found: Mapping[tuple[str, ...], dict[str, set[str]]],
     order: list[str],
 ) -> dict[str, object]:
     rank = {r: i for i, r in enumerate(order)}
-    strings = [
-        {
-            "kind": kind,
-            "text": text,
-            "releases": sorted(v["releases"], key=rank.__getitem__),
-            "files": sorted(v["files"]),
-        }
-        for (kind, text), v in sorted(found.items())
-    ]
+    strings = []
+    for key, v in sorted(found.items(), key=lambda kv: tuple(x or "" for x in kv[0])):
+        kind, text, *raises = key
+        one: dict[str, object] = {"kind": kind, "text": text}
+        if raises and raises[0]:
+            one["raises"] = raises[0]
+        one["releases"] = sorted(v["releases"], key=rank.__getitem__)
+        one["files"] = sorted(v["files"])
+        strings.append(one)
     return {"source": source, "origin": origin, "releases": releases, "strings": strings}
 
 

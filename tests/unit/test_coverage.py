@@ -167,10 +167,10 @@ def test_the_extractor_reads_c10d_messages_with_computed_parts_marked() -> None:
     TORCH_CHECK(ok);
     """
     assert list(coverage_extract.pytorch_file(source)) == [
-        ("check", "Invalid rank {} of {}"),
-        ("throw", "NCCL error in: {}:{}"),
-        ("log-error", "{}Watchdog caught {}"),
-        ("message", "{}Process group watchdog thread terminated"),
+        ("check", "Invalid rank {} of {}", "Error"),
+        ("throw", "NCCL error in: {}:{}", "DistBackendError"),
+        ("log-error", "{}Watchdog caught {}", None),
+        ("message", "{}Process group watchdog thread terminated", None),
     ]
 
 
