@@ -181,3 +181,10 @@ def test_a_format_is_filled_with_given_values_then_defaults() -> None:
     assert coverage.fill("Call to {name} failed, %-22s %5.2f %lu", ["ibv_open_device"]) == (
         "Call to ibv_open_device failed, x 1.0 3"
     )
+
+
+def test_a_kernel_sample_is_held_to_the_record_the_parser_makes_of_it() -> None:
+    xid = "[ 1.0] NVRM: Xid (PCI:0000:86:00): 79, pid=1, name=p, GPU has fallen off the bus."
+    assert coverage.kernel_record(xid, "xids")
+    assert not coverage.kernel_record(xid, "aer")
+    assert not coverage.kernel_record("[ 1.0] NVRM: loading NVIDIA UNIX Open Kernel Module", "xids")
