@@ -497,7 +497,13 @@ def _from_watchdog(
                 f"#{seq:,}: {calls}",
                 "evidence": evidence,
             }
-    timed_out = sorted(first)
+    # a rank whose watchdog reported its group's status timed out too
+    detected = {
+        int(r["rank"])
+        for r in watchdog.get("statuses") or []
+        if r.get("rank") is not None and r.get("at") is not None
+    }
+    timed_out = sorted(set(first) | detected)
     logged = {int(r["rank"]) for r in watchdog.get("last_seen") or [] if r.get("rank") is not None}
     silent = sorted(logged - set(timed_out))
     (_pg, seq), sigs = min(by_seq.items(), key=lambda kv: kv[0][1])

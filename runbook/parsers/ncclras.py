@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runbook.parsers._common import clip, is_collected
+from runbook.parsers._common import clip
 from runbook.parsers.registry import Files, register
 
 FILE = "ncclras.txt"
@@ -182,7 +182,7 @@ def parse_json(text: str, source: str = FILE) -> dict[str, Any]:
 @register("ncclras", "NCCL RAS client output (ncclras.txt; text or -f json, NCCL 2.24+)")
 def ncclras_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     result = files.get(FILE)
-    if not is_collected(result):
+    if result is None or not result.collected:
         return {"collected": False, "available": False}
     text = result.text()
     if result.exited not in (0, None) or not text.strip():

@@ -188,6 +188,6 @@ def pyspy_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         "not_read": [
             {"source": name, "why": (r.stderr.strip().splitlines() or ["no output"])[-1][:200]}
             for name, r in sorted(files.items())
-            if name.startswith(PREFIX) and is_collected(r) and not r.text().strip()
+            if name.startswith(PREFIX) and r.collected and not r.text().strip()
         ],
     }

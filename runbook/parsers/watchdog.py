@@ -68,6 +68,7 @@ _FINGERPRINT = re.compile(
     r"Rank (?P<rank>\d+) is running collective: CollectiveFingerPrint\(SequenceNumber="
     r"(?P<seq>\d+), OpType=(?P<op>\w+)(?:, TensorShape=(?P<shape>\[[^\]]*\]))?"
 )
+_RANK_TAG = re.compile(r"\[rank(\d{1,7})\]:")
 _GLOO_TIMEOUT = re.compile(r"Timed out waiting (?P<ms>\d+)ms for (?P<what>recv|send) operation")
 
 
@@ -104,6 +105,8 @@ def parse_lines(name: str, text: Iterable[str], context: Mapping[str, Any]) -> d
             if who
             else (stripped.rank if stripped.rank is not None else file_rank)
         )
+        if rank is None and (tag := _RANK_TAG.search(raw[:120])):
+            rank = int(tag.group(1))  # `[80746] [rank0]:` — a pid before torchrun's tag
         pg = None
         if who:
             pg = who.group("pgid") or who.group("pg")
