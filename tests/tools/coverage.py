@@ -27,6 +27,7 @@ of it (`reads_as`); their rules give role, cause and why.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import re
 import sys
@@ -372,6 +373,33 @@ def render() -> str:
             f"| {source} | {rel} | {kind} | {n['strings']} | {n['classified']} "
             f"| {n['unclassified']} |"
         )
+    lines += [
+        "",
+        "Distinct strings over all releases, and how the classified ones read:",
+        "",
+        "| source | distinct strings | classified | unclassified | by role |",
+        "| --- | ---: | ---: | ---: | --- |",
+    ]
+    for source in SOURCES:
+        rows = [r for r in table() if r.entry.source == source]
+        done = [r for r in rows if r.rule and not r.rule.unclassified]
+        roles = collections.Counter(r.role or "no error" for r in done)
+        by_role = ", ".join(f"{role} {n}" for role, n in sorted(roles.items()))
+        lines.append(
+            f"| {source} | {len(rows)} | {len(done)} | {len(rows) - len(done)} | {by_role} |"
+        )
+    reasons = collections.Counter(
+        (r.entry.source, r.rule.unclassified) for r in table() if r.rule and r.rule.unclassified
+    )
+    lines += [
+        "",
+        "Deliberately unclassified:",
+        "",
+        "| source | strings | reason |",
+        "| --- | ---: | --- |",
+    ]
+    for (source, reason), n in sorted(reasons.items()):
+        lines.append(f"| {source} | {n} | {_cell(reason)} |")
     for source in SOURCES:
         rows = [r for r in table() if r.entry.source == source]
         lines += [
