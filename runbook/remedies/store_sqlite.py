@@ -35,6 +35,7 @@ class SqliteBackend:
 
         self.path = path
         self.where = str(path)
+        self.readonly = readonly
         if readonly:
             check_store(path)  # a plan in it is shown as what would run
             self._open_readonly(path, timeout)
@@ -132,6 +133,14 @@ class SqliteBackend:
 
     # ------------------------------------------------------------------------- statements
     def close(self) -> None:
+        if not self.readonly:
+            try:
+                # the query planner's statistics, (re)made when the queue has grown: without
+                # them a page of several states sorts every row it matches (a decided tab of
+                # 8,500 rows: 140 ms; with them 1 ms; benchmarks/desk_queue.py)
+                self._db.execute("PRAGMA optimize")
+            except sqlite3.Error:
+                pass
         self._db.close()
 
     def error(self, exc: BaseException) -> RunbookError:
