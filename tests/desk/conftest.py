@@ -9,6 +9,7 @@ the end; the approval store is real SQLite under the test's directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -63,8 +64,9 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
             stream.close()
 
 
-@pytest.fixture(scope="module")
-def oidc_provider() -> Iterator[str]:
+@contextlib.contextmanager
+def running_oidc_provider() -> Iterator[str]:
+    """The provider (tests/desk/oidc_provider.py) in its own process; its base URL."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(HERE / "oidc_provider.py"), str(port)],
@@ -76,6 +78,12 @@ def oidc_provider() -> Iterator[str]:
         yield url
     finally:
         _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def oidc_provider() -> Iterator[str]:
+    with running_oidc_provider() as url:
+        yield url
 
 
 ALLOW = [
@@ -106,50 +114,50 @@ class DeskServer:
         return Path(self.root / "desk.log").read_text(errors="replace")[-4000:]
 
 
+def start_desk(
+    root: Path, desk: dict[str, Any], *, insecure: bool = True, args: tuple[str, ...] = ()
+) -> DeskServer:
+    """`runbook desk serve` in its own process, its state and config under `root`; returns
+    once it answers /healthz."""
+    port = free_port()
+    root.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    config = root / "config.yaml"
+    config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}}))
+    env = cli_env(root)
+    env.pop("AUTHLIB_INSECURE_TRANSPORT", None)
+    argv = [sys.executable, "-m", "runbook", "desk", "serve", "--listen", f"127.0.0.1:{port}",
+            "--config", str(config), *(["--insecure-http"] if insecure else []), *args]  # fmt: skip
+    with (root / "desk.log").open("w") as log:  # the server process holds its own copy
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+    server = DeskServer(url, root, config, env, proc)
+    try:
+        _wait(url + "/healthz", proc, "the desk")
+    except RuntimeError as exc:
+        stop_desk(server)
+        raise RuntimeError(f"{exc}\n{server.log()}") from None
+    return server
+
+
+def stop_desk(server: DeskServer) -> None:
+    for client in server.clients:
+        client.close()
+    _stop(server.proc)
+
+
 @pytest.fixture
 def desk_factory(tmp_path: Path) -> Iterator[Any]:
     started: list[DeskServer] = []
 
-    def start(desk: dict[str, Any], *, insecure: bool = True, extra_env: dict[str, str] | None
-              = None, args: tuple[str, ...] = ()) -> DeskServer:  # fmt: skip
-        port = free_port()
-        root = tmp_path / f"desk-{len(started)}"
-        root.mkdir()
-        url = f"http://127.0.0.1:{port}"
-        config = root / "config.yaml"
-        config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}}))
-        env = {**cli_env(root), **(extra_env or {})}
-        env.pop("AUTHLIB_INSECURE_TRANSPORT", None)
-        log = (root / "desk.log").open("w")
-        argv = [
-            sys.executable,
-            "-m",
-            "runbook",
-            "desk",
-            "serve",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--config",
-            str(config),
-            *(["--insecure-http"] if insecure else []),
-            *args,
-        ]
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
-        log.close()  # the server process holds its own copy of the file
-        server = DeskServer(url, root, config, env, proc)
+    def start(desk: dict[str, Any], **kwargs: Any) -> DeskServer:
+        server = start_desk(tmp_path / f"desk-{len(started)}", desk, **kwargs)
         started.append(server)
-        try:
-            _wait(url + "/healthz", proc, "the desk")
-        except RuntimeError as exc:
-            raise RuntimeError(f"{exc}\n{server.log()}") from None
         return server
 
     yield start
     for server in started:
-        for client in server.clients:
-            client.close()
-        _stop(server.proc)
+        stop_desk(server)
 
 
 def oidc_desk(provider: str, **more: Any) -> dict[str, Any]:

@@ -27,8 +27,7 @@ def enqueue(db: Path, *, kind: str = "shm-size-limit", node: str = "gpu-node-07"
             key=f"{node}:{kind}:{n}", kind=kind, remedy=kind, summary=f"{kind} for {node}",
             params={"measured_bytes": "1024"}, evidence=evidence, source="sweep", ttl=ttl,
             node=node, root_cause="shm-exhausted",
-            plan={"playbook": f"{kind}.yml", "inventory": {}, "extravars": {"v": text},
-                  "runs_on": "localhost = this machine (local)"},
-            **extra,
+            **{"plan": {"playbook": f"{kind}.yml", "inventory": {}, "extravars": {"v": text},
+                        "runs_on": "localhost = this machine (local)"}, **extra},
         )  # fmt: skip
     return stored.id
