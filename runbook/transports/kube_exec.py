@@ -6,12 +6,18 @@ process start in the pod; a guided run's first burst is thirty probes and a swee
 node's bursts. One exec a burst makes that one request a burst.
 
 What runs in the pod (through nsenter into the node's namespaces when the pod is a node agent
-or a debug pod): ``setsid -w /bin/sh -c WRAPPED``, where WRAPPED is the SSH transport's start
-wrapper (transports/marks.py) around the batch script. kubectl is given on its input the start
-token, the batch's end-mark token and the frame token, each a line (never in its command line,
-which `ps` shows every user of the node and the API server's audit log keeps); the input then
-ends. `setsid` makes the shell lead a process group of its own (a container runtime's exec, or
-nsenter's child, does not), so the pid in the start mark names everything the probes start.
+or a debug pod) is BOOTSTRAP, a fixed few lines: it reads the batch from kubectl's input and
+runs it as ``setsid -w /bin/sh -c WRAPPED``, WRAPPED being the SSH transport's start wrapper
+(transports/marks.py) around the batch script; then come the start token, the batch's end-mark
+token and the frame token, each a line, and the input ends. None of it is in the exec's command
+line, which the node's `ps` shows every user and the API server's audit log keeps. `setsid`
+makes the shell lead a process group of its own (a container runtime's exec, or nsenter's
+child, does not), so the pid in the start mark names everything the probes start.
+
+An exec is started ahead of each batch (the spare: BOOTSTRAP waits for its input), so a burst
+finds one already connected: its process start and API round trip overlap the batch before it.
+The first one is the target's connection check (it says when it runs in the pod). A walk sends
+its bursts' execs and the one spare left at its end.
 
 A probe keeps its own timeout, counted from the end of the probe before it. One that runs past
 BATCH_PATIENCE_S hands the probes after it back to the caller (who sends them as a new exec)
@@ -30,7 +36,6 @@ import math
 import os
 import secrets
 import selectors
-import shlex
 import subprocess
 import threading
 import time
@@ -60,20 +65,27 @@ BATCH_PATIENCE_S = 0.25
 STOP_GRACE_S = 3.0
 #: seconds a kill exec may take
 KILL_TIMEOUT_S = 15.0
+#: the line an exec writes on stderr once it runs in the pod (BOOTSTRAP)
+READY = "__RBK_READY"
 #: how long kubectl may take to end after the batch's last probe
 _END_GRACE_S = 2.0
 #: what kubectl said last, kept for the error of an exec that never started the script
 _KEEP_STDERR = 4096
 
 
-def in_session(command: str) -> str:
-    """`command` in a shell that leads a process group of its own (`setsid -w` waits for it
-    and passes its status on; without setsid on the node, the command runs as it is). The
-    command is written once: it travels in the exec request's URL."""
-    return (
-        "S=; command -v setsid >/dev/null 2>&1 && S='setsid -w'; "
-        f"exec $S /bin/sh -c {shlex.quote(command)}"
-    )
+#: what an exec runs in the pod until it is given a batch: it says it is ready (on stderr,
+#: which the batch's reader drops before the script's start mark), reads the script's length
+#: and the script from its input (`dd bs=1`: not a byte past it, the tokens follow), then runs
+#: it in a shell that leads a process group of its own (in_session). Fixed text: what the exec
+#: request's URL, the audit log and the node's `ps` show says nothing of the batch.
+BOOTSTRAP = (
+    f"printf '\\n{READY}\\n' >&2; "
+    "IFS= read -r n || exit 0; "
+    "case $n in ''|*[!0-9]*) exit 125;; esac; "
+    's=$(dd bs=1 count="$n" 2>/dev/null); '
+    "S=; command -v setsid >/dev/null 2>&1 && S='setsid -w'; "
+    'exec $S /bin/sh -c "$s"'
+)
 
 
 def kill_group_command(pgid: int, signal_first: str = "TERM") -> str:
@@ -104,6 +116,72 @@ class PodExec:
         self._groups: set[int] = set()
         #: execs started, kill and stop requests included (benchmarks/kube_exec.py reads it)
         self.exec_count = 0
+        #: an exec started ahead of the next batch, waiting in BOOTSTRAP for its script (a
+        #: batch then costs no process start nor API round trip of its own), and what was
+        #: read of its stderr up to its ready line
+        self._spare: subprocess.Popen[bytes] | None = None
+        self._closed = False
+
+    def connect(self, timeout: float) -> str | None:
+        """Start the first exec and wait until it runs in the pod (its ready line); None, or
+        why it does not (kubectl's last words)."""
+        proc = self._start(BOOTSTRAP, True)
+        if isinstance(proc, str):
+            return proc
+        said = bytearray()
+        deadline = time.monotonic() + timeout
+        assert proc.stderr is not None
+        needle = f"\n{READY}\n".encode()
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stderr, selectors.EVENT_READ)
+            while needle not in said:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._drop(proc)
+                    return f"no answer within {timeout:g}s"
+                if not selector.select(left):
+                    continue
+                chunk = os.read(proc.stderr.fileno(), 65536)
+                if not chunk:
+                    self._drop(proc)
+                    lines = decode(said).strip().splitlines()
+                    return lines[-1] if lines else f"kubectl exited {proc.returncode}"
+                said += chunk
+        with self._lock:
+            self._spare = proc
+        return None
+
+    def _drop(self, proc: subprocess.Popen[bytes]) -> None:
+        """End an exec of ours that will not be used (kubectl here; its stream's end ends the
+        bootstrap in the pod, which waits only for its input)."""
+        if proc.poll() is None:
+            kill_group(proc)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+        proc.wait()
+        _reaper.finished(proc.pid)
+        self._running.discard(proc)
+
+    def _take(self) -> subprocess.Popen[bytes] | str:
+        """An exec for a batch: the spare when it still runs, else a new one; a new spare is
+        started for the batch after (its process start and API round trip overlap this
+        batch)."""
+        with self._lock:
+            spare, self._spare = self._spare, None
+            closed = self._closed
+        if spare is not None and spare.poll() is not None:
+            self._drop(spare)
+            spare = None
+        proc = spare if spare is not None else self._start(BOOTSTRAP, True)
+        if not closed:
+            nxt = self._start(BOOTSTRAP, True)
+            if not isinstance(nxt, str):
+                with self._lock:
+                    old, self._spare = self._spare, nxt
+                if old is not None:
+                    self._drop(old)
+        return proc
 
     # ---- one exec
 
@@ -179,12 +257,14 @@ class PodExec:
         )
         mine = probes[:count]
         script = batch.script([p.command for p in mine], framed[:count])
-        proc = self._start(in_session(wrap_for_pgid(script, token)), True)
+        body = wrap_for_pgid(script, token).encode("utf-8", "surrogateescape")
+        proc = self._take()
         if isinstance(proc, str):
             fail_all(probes, deliver, proc, time.monotonic() - start)
             return
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(b"%d\n" % len(body) + body)
             proc.stdin.write(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
@@ -204,6 +284,10 @@ class PodExec:
         each, at once), then the kubectl processes here."""
         with self._lock:
             groups = sorted(self._groups)
+            spare, self._spare = self._spare, None
+            self._closed = True
+        if spare is not None:
+            self._drop(spare)
         if groups:
             command = "; ".join(kill_group_command(g) for g in groups)
             self._quiet(command, f"stop process groups {groups}")
@@ -357,7 +441,9 @@ class _ExecReader:
         ran fails, the rest are handed back)."""
         self.proc.wait()
         if not self._err.opened:
-            said = decode(self._said).strip().splitlines()
+            said = [
+                line for line in decode(self._said).strip().splitlines() if line.strip() != READY
+            ]
             why = said[-1] if said else f"kubectl exited {self.proc.returncode}"
             error = f"kubectl exec failed: {why}"
             now = time.monotonic()

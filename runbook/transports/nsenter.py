@@ -154,11 +154,9 @@ class KubectlTransport:
         self.description = description or f"kubectl://{namespace}/{pod}"
         self.exec = PodExec(self._argv, self.description)
         self.run_batch = self.exec.run_batch
-        probe = self.run(Probe("(connect)", "true", timeout=check_timeout))
-        if not probe.ok:
-            why = (
-                probe.failure or (probe.stderr.strip().splitlines() or [f"exit {probe.exited}"])[-1]
-            )
+        # the first exec, ready for the walk's first burst, is the check
+        why = self.exec.connect(check_timeout)
+        if why is not None:
             self.exec.close()
             raise UnreachableError(f"{self.description}: kubectl exec failed: {why}")
 
