@@ -398,8 +398,8 @@ def render() -> str:
         "| source | strings | reason |",
         "| --- | ---: | --- |",
     ]
-    for (source, reason), n in sorted(reasons.items()):
-        lines.append(f"| {source} | {n} | {_cell(reason)} |")
+    for (source, reason), count in sorted(reasons.items()):
+        lines.append(f"| {source} | {count} | {_cell(reason)} |")
     for source in SOURCES:
         rows = [r for r in table() if r.entry.source == source]
         lines += [

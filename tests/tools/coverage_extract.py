@@ -52,6 +52,7 @@ import zipfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -380,7 +381,7 @@ def _document(
     source: str,
     origin: str,
     releases: list[dict[str, str]],
-    found: Mapping[tuple[str, ...], dict[str, set[str]]],
+    found: Mapping[Any, dict[str, set[str]]],
     order: list[str],
 ) -> dict[str, object]:
     rank = {r: i for i, r in enumerate(order)}
