@@ -8,10 +8,15 @@ store that does not open, a certificate that does not load, a port taken.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from runbook.errors import UsageError
+
+if TYPE_CHECKING:
+    from runbook.config import Config
+    from runbook.desk.settings import DeskSettings
 
 
 @click.group()
@@ -101,27 +106,36 @@ def serve(
 
         # Authlib refuses a provider over plain HTTP unless told: a loopback test's provider
         os.environ["AUTHLIB_INSECURE_TRANSPORT"] = "1"
-    _preflight(cfg, cert, key)
-    _serve(cfg, desk_settings, host, port, cert, key)
+    where = _preflight(cfg, cert, key)
+    _serve(cfg, desk_settings, where, host, port, cert, key)
 
 
-def _preflight(cfg: object, cert: str | None, key: str | None) -> None:
-    """The store opens and the certificate loads, before anything listens."""
+def _preflight(cfg: Config, cert: str | None, key: str | None) -> str:
+    """The store opens and the certificate loads, before anything listens; the store as it
+    may be shown (a PostgreSQL URL without its password)."""
     import ssl
 
     from runbook.remedies.approval import Desk
 
-    with Desk(cfg, readonly=True) as reader:  # type: ignore[arg-type]
+    with Desk(cfg, readonly=True) as reader:
         reader.store.count(None)
+        where = str(getattr(reader.store, "where", cfg.db))
     if cert and key:
         try:
             ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
             raise UsageError(f"--cert {cert} / --key {key}: {exc}") from None
+    return where
 
 
 def _serve(
-    cfg: object, desk_settings: object, host: str, port: int, cert: str | None, key: str | None
+    cfg: Config,
+    desk_settings: DeskSettings,
+    where: str,
+    host: str,
+    port: int,
+    cert: str | None,
+    key: str | None,
 ) -> None:
     import socket
 
@@ -129,7 +143,7 @@ def _serve(
 
     from runbook.desk.app import build
 
-    app = build(cfg, desk_settings)  # type: ignore[arg-type]
+    app = build(cfg, desk_settings)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -140,10 +154,9 @@ def _serve(
         raise UsageError(f"--listen {host}:{port}: {exc.strerror or exc}") from None
     scheme = "https" if cert else "http"
     click.echo(
-        f"desk: serving {cfg.db} on {scheme}://{host}:{port} "  # type: ignore[attr-defined]
-        f"(open {desk_settings.base_url})",
+        f"desk: serving {where} on {scheme}://{host}:{port} (open {desk_settings.base_url})",
         err=True,
-    )  # type: ignore[attr-defined]
+    )
     server = uvicorn.Server(
         uvicorn.Config(
             app,

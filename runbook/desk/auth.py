@@ -45,7 +45,8 @@ def oauth_error() -> type[Exception]:
         warnings.simplefilter("ignore", DeprecationWarning)
         from authlib.integrations.base_client import OAuthError
 
-    return OAuthError
+    error: type[Exception] = OAuthError
+    return error
 
 
 def identity_from_claims(claims: dict[str, Any], oidc: OIDC) -> Identity | None:

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 
@@ -111,7 +111,11 @@ class Run:
         from runbook.output import PrintableConsole
 
         return PrintableConsole(
-            file=_Lines(self), highlight=False, color_system=None, width=160, soft_wrap=True
+            file=cast(IO[str], _Lines(self)),
+            highlight=False,
+            color_system=None,
+            width=160,
+            soft_wrap=True,
         )
 
 

@@ -106,12 +106,13 @@ def queue(request: Request) -> Response:
     all_kinds = kinds_mod.queued_names()
     size = app.settings.page_size
     now = time.time()
-    filters = {"states": TABS[tab], "node": node, "kind": kind, "severity": severity}
     with _reader(app) as reader:
-        total = reader.store.count(**filters)
+        total = reader.store.count(TABS[tab], node, kind, severity)
         pages = max(math.ceil(total / size), 1)
         page = min(page, pages)
-        items = reader.store.page(**filters, offset=(page - 1) * size, limit=size)
+        items = reader.store.page(
+            TABS[tab], node, kind, severity, offset=(page - 1) * size, limit=size
+        )
     base = {
         k: v
         for k, v in {

@@ -36,14 +36,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(url: str, proc: subprocess.Popen[Any], what: str, timeout: float = 30.0) -> None:
+def _wait(
+    url: str, proc: subprocess.Popen[Any], what: str, timeout: float = 30.0, verify: Any = True
+) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if proc.poll() is not None:
             err = proc.stderr.read() if proc.stderr else ""
             raise RuntimeError(f"{what} exited {proc.returncode}: {err[-2000:]}")
         try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
+            if httpx.get(url, timeout=1.0, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
@@ -99,6 +101,7 @@ class DeskServer:
     config: Path
     env: dict[str, str]
     proc: subprocess.Popen[Any]
+    verify: Any = True
     clients: list[httpx.Client] = field(default_factory=list)
 
     @property
@@ -106,7 +109,7 @@ class DeskServer:
         return self.root / "state" / "approvals.db"
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        client = httpx.Client(base_url=self.url, timeout=30.0, **kwargs)
+        client = httpx.Client(base_url=self.url, timeout=30.0, verify=self.verify, **kwargs)
         self.clients.append(client)  # closed when the server stops
         return client
 
@@ -115,13 +118,19 @@ class DeskServer:
 
 
 def start_desk(
-    root: Path, desk: dict[str, Any], *, insecure: bool = True, args: tuple[str, ...] = ()
+    root: Path,
+    desk: dict[str, Any],
+    *,
+    insecure: bool = True,
+    args: tuple[str, ...] = (),
+    scheme: str = "http",
+    verify: Any = True,
 ) -> DeskServer:
     """`runbook desk serve` in its own process, its state and config under `root`; returns
     once it answers /healthz."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
-    url = f"http://127.0.0.1:{port}"
+    url = f"{scheme}://127.0.0.1:{port}"
     config = root / "config.yaml"
     config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}}))
     env = cli_env(root)
@@ -131,9 +140,9 @@ def start_desk(
     with (root / "desk.log").open("w") as log:  # the server process holds its own copy
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL)  # fmt: skip
-    server = DeskServer(url, root, config, env, proc)
+    server = DeskServer(url, root, config, env, proc, verify=verify)
     try:
-        _wait(url + "/healthz", proc, "the desk")
+        _wait(url + "/healthz", proc, "the desk", verify=verify)
     except RuntimeError as exc:
         stop_desk(server)
         raise RuntimeError(f"{exc}\n{server.log()}") from None

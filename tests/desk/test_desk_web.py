@@ -157,3 +157,51 @@ def test_serve_refuses_bad_input_in_one_line_with_exit_2(tmp_path: Any) -> None:
                               timeout=60, check=False)  # fmt: skip
         assert done.returncode == 2, (args, done.stderr)
         assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_with_cert_and_key_it_serves_https_with_secure_host_cookies_and_hsts(
+    desk_factory: Any, tmp_path: Any
+) -> None:
+    import ssl
+    import subprocess
+
+    cert, key = tmp_path / "desk.crt", tmp_path / "desk.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    trust = ssl.create_default_context(cafile=str(cert))
+    desk = {"trusted_header": {"proxies": ["127.0.0.1/32"]},
+            "allow": [{"users": ["alice@example.org"], "kinds": ["*"]}]}  # fmt: skip
+    server = desk_factory(desk, insecure=False, scheme="https", verify=trust,
+                          args=("--cert", str(cert), "--key", str(key)))  # fmt: skip
+    with server.client(headers={"X-Forwarded-Email": "alice@example.org"}) as client:
+        page = client.get("/queue")
+    assert page.status_code == 200 and "alice@example.org" in page.text
+    cookie = page.headers["set-cookie"]
+    assert cookie.startswith("__Host-rbk_desk=") and "Secure" in cookie and "HttpOnly" in cookie
+    assert page.headers["strict-transport-security"].startswith("max-age=")
+    with httpx.Client() as plain:  # plain HTTP to the TLS port
+        try:
+            answered = plain.get(server.url.replace("https://", "http://") + "/healthz").status_code
+        except httpx.HTTPError:
+            answered = None
+    assert answered != 200
