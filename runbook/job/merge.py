@@ -239,7 +239,11 @@ def _value(metric: str, verdict: Verdict | None) -> Any:
         return ",".join(sorted(kinds)) or None
     if metric == "busbw":
         runs = facts_of(verdict, "nccl_tests").get("runs") or {}
-        values = [r.get("avg_busbw") for r in runs.values() if isinstance(r, Mapping)]
+        # a run whose ranks did not share a communicator measured nothing (nccl_tests)
+        values = [
+            r.get("avg_busbw") for r in runs.values()
+            if isinstance(r, Mapping) and not r.get("unmeasured")
+        ]  # fmt: skip
         numbers = [float(v) for v in values if isinstance(v, int | float)]
         return min(numbers) if numbers else None
     raise KeyError(metric)

@@ -162,6 +162,15 @@ class KernelSignature(KernelEvidence):
     cause: str | None = None
 
 
+#: seconds of uptime during which an IOMMU fault is the boot's (firmware handing devices over
+#: to the kernel), not a job's: no job runs before the system has finished booting
+BOOT_WINDOW_S = 30.0
+
+
+def _at_boot(hit: KernelEvidence) -> bool:
+    return hit.uptime_s is not None and hit.uptime_s < BOOT_WINDOW_S
+
+
 @dataclass(frozen=True)
 class DmesgFacts:
     memcg_ooms: tuple[OomEvent, ...]
@@ -188,11 +197,27 @@ class DmesgFacts:
 
     @property
     def iommu_faults(self) -> tuple[KernelSignature, ...]:
-        return tuple(h for h in self.catalog_hits if h.cause == "p2p-unavailable")
+        """IOMMU faults after boot (those of the first seconds: boot_iommu_faults)."""
+        return tuple(
+            h for h in self.catalog_hits if h.cause == "p2p-unavailable" and not _at_boot(h)
+        )
+
+    @property
+    def boot_iommu_faults(self) -> tuple[KernelSignature, ...]:
+        """IOMMU faults in the first BOOT_WINDOW_S of uptime: firmware still doing DMA when
+        the kernel turned the IOMMU on (`DMAR: … Present bit in root entry is clear` at 0.36 s
+        for the integrated graphics), before any job could run — no peer-to-peer failing."""
+        return tuple(h for h in self.catalog_hits if h.cause == "p2p-unavailable" and _at_boot(h))
 
     @property
     def nvswitch_faults(self) -> tuple[KernelSignature, ...]:
         return tuple(h for h in self.catalog_hits if h.signature == "nvswitch-sxid")
+
+    @property
+    def gpu_reset_required(self) -> tuple[KernelSignature, ...]:
+        """The driver's own word that a GPU needs a reset, without an Xid (GSP/RM status
+        NV_ERR_RESET_REQUIRED, `RmInitAdapter failed! (0x62:…)`)."""
+        return tuple(h for h in self.catalog_hits if h.signature == "nvrm-gpu-reset-required")
 
     @property
     def fatal_aer(self) -> tuple[AerEvent, ...]:
@@ -1066,7 +1091,9 @@ def facts_dict(facts: DmesgFacts) -> dict[str, Any]:
     out: dict[str, Any] = to_jsonable(facts)
     out["fatal_aer"] = to_jsonable(facts.fatal_aer)
     out["iommu_faults"] = to_jsonable(facts.iommu_faults)
+    out["boot_iommu_faults"] = to_jsonable(facts.boot_iommu_faults)
     out["nvswitch_faults"] = to_jsonable(facts.nvswitch_faults)
+    out["gpu_reset_required"] = to_jsonable(facts.gpu_reset_required)
     out["gpu_fault_xids"] = to_jsonable(facts.gpu_fault_xids)
     out["drain_xids"] = to_jsonable(facts.drain_xids)
     out["unknown_xids"] = to_jsonable(tuple(x for x in facts.xids if x.category == "unknown"))

@@ -6,6 +6,20 @@ the header line decides the columns, so other collectives' tables parse too. Foo
 `# Out of bounds values : N OK|FAILED`, `# Avg bus bandwidth    : X`; a run without the footer
 did not finish. mpirun's `[1,0]<stdout>:` prefixes are stripped. NCCL INFO lines in the same
 output are summarised with the nccl_log parser (which transport the test used).
+
+A run can finish, pass and still measure nothing about the fabric: nccl-tests built without
+`MPI=1` and started by mpirun/srun runs one independent copy per process, each with a
+communicator of its own GPUs only (`unmeasured` says why):
+
+- the device list names the same rank for several processes (`# Rank 0 … Pid 1320 on a` and
+  `# Rank 0 … Pid 2066 on b` before any result is printed);
+- NCCL's own lines show the same rank of a communicator on two hosts (`a … comm 0x… rank 0
+  nranks 2`, `b … comm 0x… rank 0 nranks 2`): one node-local communicator per host;
+- every row's bus bandwidth is 0.00 while data moved (algbw > 0): busbw = algbw × 2(n−1)/n
+  is zero only for a one-rank communicator (`nranks 1`).
+
+A table whose header was not captured is read by its width (13 columns: the modern layout
+with `root`, 12: the old one).
 """
 
 from __future__ import annotations
@@ -63,6 +77,10 @@ class NcclTestsFacts:
     params: dict[str, str] = field(default_factory=dict)
     failures: tuple[Evidence, ...] = ()
     lines: int = 0
+    #: why the run measured nothing about the fabric (each process its own communicator, a
+    #: one-rank communicator), or None; and the line that shows it
+    unmeasured: str | None = None
+    unmeasured_line: int | None = None
 
     @property
     def passed(self) -> bool:
@@ -71,6 +89,7 @@ class NcclTestsFacts:
             and self.oob_ok is not False
             and self.wrong_total == 0
             and not self.failures
+            and self.unmeasured is None
         )
 
 
@@ -78,9 +97,20 @@ _MPI = re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)")
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*([\d.eE+-]+|nan|inf)")
 _DEVICE = re.compile(
-    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
+    r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+(\d+)\s+on\s+(\S+)\s+device\s+"
     r"(\d+)\s+\[[^\]]*\]\s+(.*)$"
 )
+#: NCCL's communicator line: `host:pid:tid [dev] NCCL INFO [ncclCommInitRank ]comm 0x… rank R
+#: nranks N …` (init and destroy alike)
+_COMM = re.compile(
+    r"^(?P<host>[^\s:]+):\d+:\d+ \[\d+\] NCCL INFO (?:\w+ )?comm 0x[0-9a-fA-F]+ "
+    r"rank (?P<rank>\d+) nranks (?P<n>\d+)\b"
+)
+#: the columns of a table whose header was not captured, by the number of fields of a row
+_LAYOUT = {
+    13: "size count type redop root time algbw busbw wrong time algbw busbw wrong".split(),
+    12: "size count type redop time algbw busbw error time algbw busbw error".split(),
+}
 _PARAMS = re.compile(r"(\w[\w ]*?):?\s+(\S+)")
 _FAILURE = re.compile(r"Test (?:NCCL |CUDA )?failure|Test failure|NCCL failure|CUDA failure")
 
@@ -109,6 +139,10 @@ def parse_nccl_tests(lines: Iterable[str], *, source: str = "nccl-tests/run.txt"
     devices: list[str] = []
     params: dict[str, str] = {}
     failures: list[Evidence] = []
+    #: rank -> {(host, pid): first line} from the device lists printed before any result
+    owners: dict[int, dict[tuple[str, str], int]] = {}
+    #: (rank, nranks) -> {host: first line} from NCCL's communicator lines
+    comms: dict[tuple[int, int], dict[str, int]] = {}
     n = 0
     for n, raw in enumerate(lines, 1):
         line = _MPI.sub("", raw).rstrip()
@@ -131,9 +165,12 @@ def parse_nccl_tests(lines: Iterable[str], *, source: str = "nccl-tests/run.txt"
                 continue
             m = _DEVICE.match(s)
             if m:
-                ranks.add(int(m.group(1)))
+                rank, owner = int(m.group(1)), (m.group(3), m.group(2))
+                ranks.add(rank)
+                if avg is None and not rows:
+                    owners.setdefault(rank, {}).setdefault(owner, n)
                 if len(devices) < 1024:
-                    devices.append(m.group(4).strip())
+                    devices.append(m.group(5).strip())
                 continue
             if body.startswith("nThread") and not params:
                 params = {k.strip(): v for k, v in _PARAMS.findall(body)}
@@ -141,15 +178,22 @@ def parse_nccl_tests(lines: Iterable[str], *, source: str = "nccl-tests/run.txt"
         if _FAILURE.search(s) and "NCCL INFO" not in s:
             failures.append(Evidence(source=source, line=n, time=None, text=clip(raw)))
             continue
-        tokens = s.split()
-        if not cols or len(tokens) < 4 or not tokens[0].isdecimal():
+        m = _COMM.match(s)
+        if m:
+            comms.setdefault((int(m.group("rank")), int(m.group("n"))), {}).setdefault(
+                m.group("host"), n
+            )
             continue
-        row = _row(cols, tokens, n)
+        tokens = s.split()
+        if len(tokens) < 4 or not tokens[0].isdecimal():
+            continue
+        row = _row(cols or _LAYOUT.get(len(tokens), []), tokens, n)
         if row is not None:
             rows.append(row)
     wrongs = [w for r in rows for w in (r.oop_wrong, r.ip_wrong) if isinstance(w, int)]
     errors = [w for r in rows for w in (r.oop_wrong, r.ip_wrong) if isinstance(w, float)]
     busbws = [b for r in rows for b in (r.oop_busbw, r.ip_busbw) if b is not None]
+    unmeasured, unmeasured_line = _unmeasured(owners, comms, rows)
     return NcclTestsFacts(
         table=table,
         rows=tuple(rows),
@@ -165,11 +209,49 @@ def parse_nccl_tests(lines: Iterable[str], *, source: str = "nccl-tests/run.txt"
         params=params,
         failures=tuple(failures),
         lines=n,
+        unmeasured=unmeasured,
+        unmeasured_line=unmeasured_line,
     )
+
+
+def _unmeasured(
+    owners: Mapping[int, Mapping[tuple[str, str], int]],
+    comms: Mapping[tuple[int, int], Mapping[str, int]],
+    rows: list[PerfRow],
+) -> tuple[str | None, int | None]:
+    """Why the run measured nothing about the fabric, and the line that shows it (see the
+    module docstring), or (None, None)."""
+    for rank, seen in sorted(owners.items()):
+        if len(seen) > 1:
+            who = ", ".join(f"pid {pid} on {host}" for host, pid in seen)
+            return (
+                f"rank {rank} is listed by {len(seen)} processes ({who}): each process ran its "
+                "own communicator (nccl-tests built without MPI=1)",
+                sorted(seen.values())[1],
+            )
+    for (rank, nranks), hosts in sorted(comms.items()):
+        if len(hosts) > 1:
+            return (
+                f"rank {rank} of a {nranks}-rank communicator is on {len(hosts)} hosts "
+                f"({', '.join(hosts)}): each host ran a communicator of its own GPUs, the "
+                "network between them was never used (nccl-tests built without MPI=1)",
+                sorted(hosts.values())[1],
+            )
+    moved = any((r.oop_algbw or 0) >= 0.01 or (r.ip_algbw or 0) >= 0.01 for r in rows)
+    if moved and all(not r.oop_busbw and not r.ip_busbw for r in rows):
+        return (
+            f"bus bandwidth is 0.00 on all {len(rows)} rows while data moved: a one-rank "
+            "communicator (nranks 1) on every process, nothing crossed a link "
+            "(nccl-tests built without MPI=1)",
+            rows[0].line,
+        )
+    return None, None
 
 
 def _row(cols: list[str], tokens: list[str], line: int) -> PerfRow | None:
     """Map a data row onto the header: leading columns by name, then 4 + 4 measurements."""
+    if not cols:
+        return None
     lead = cols[: cols.index("time")] if "time" in cols else cols[:3]
     if len(tokens) < len(lead) + 4:
         return None
@@ -226,7 +308,15 @@ def nccl_tests_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
             },
         }
     evidence: list[dict[str, Any]] = []
+    unmeasured = [
+        {"source": run["source"], "line": run["unmeasured_line"] or 1, "time": None,
+         "text": clip(f"the benchmark measured nothing about the fabric: {run['unmeasured']}")}
+        for run in runs.values()
+        if run.get("unmeasured")
+    ]  # fmt: skip
     for run in runs.values():
+        if run.get("unmeasured"):
+            continue
         if not run["passed"]:
             evidence.extend(run.get("failures") or [])
             if not run.get("failures"):
@@ -241,4 +331,5 @@ def nccl_tests_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]
         "all_passed": bool(runs) and all(r["passed"] for r in runs.values()),
         "wrong_total": sum(r["wrong_total"] for r in runs.values()),
         "evidence": evidence[:20],
+        "unmeasured": unmeasured[:20],
     }

@@ -4,7 +4,9 @@ Criteria, in the order a failure is blamed:
 
 =============  ===========================================================================
 completed      every run printed its footer and exited 0, every rank is listed (and, with
-               INFO lines, finished communicator init), no `Test failure` line
+               INFO lines, finished communicator init), no `Test failure` line, and the
+               ranks shared one communicator (not a copy per process built without MPI=1:
+               runbook.parsers.nccl_tests `unmeasured`)
 correct        `#wrong` 0 in every row of every run and `# Out of bounds values : 0 OK`
 bandwidth      the average bus bandwidth of every run (nccl-tests' `# Avg bus bandwidth`, the
                lowest of the runs) is at least the threshold for the node's GPU model,
@@ -103,8 +105,9 @@ def run_facts(run: RunInput) -> dict[str, Any]:
     facts: NcclTestsFacts = parse_nccl_tests(run.lines, source=run.name)
     nccl = merge([parse_nccl_log(run.lines, source=run.name)])
     status = exit_status(run)
-    ranks = facts.nranks or (int(facts.params["nGpus"]) if facts.params.get("nGpus", "").isdigit()
-                             else None)
+    ranks = facts.nranks or (
+        int(facts.params["nGpus"]) if facts.params.get("nGpus", "").isdigit() else None
+    )
     busbws = [b for r in facts.rows for b in (r.oop_busbw, r.ip_busbw) if b is not None]
     return {
         "source": run.name,
@@ -124,6 +127,8 @@ def run_facts(run: RunInput) -> dict[str, Any]:
         "peak_busbw": max(busbws) if busbws else None,
         "largest_bytes": max((r.size for r in facts.rows), default=None),
         "failures": [to_jsonable(f) for f in facts.failures],
+        "unmeasured": facts.unmeasured,
+        "unmeasured_line": facts.unmeasured_line,
         "devices": sorted(set(facts.devices)),
         "nccl": {k: nccl[k] for k in ("version", "versions", "network", "transports",
                                       "transport_kinds", "ib_devices", "socket_interfaces",
@@ -137,6 +142,8 @@ def _incomplete(run: Mapping[str, Any], expected_ranks: int | None) -> str | Non
         return "killed by the run timeout (a hang)"
     if run["failures"]:
         return f"failed: {run['failures'][0]['text']}"
+    if run.get("unmeasured"):
+        return f"measured nothing about the fabric: {run['unmeasured']}"
     if not run["finished"]:
         return "no `# Avg bus bandwidth` footer: the run did not finish"
     # nccl-tests exits 1 after its footer for wrong values or a missed NCCL_TESTS_MIN_BW:
@@ -307,14 +314,24 @@ def _fixed_set(
         versions=sorted({v for f in facts for v in f["nccl"]["versions"]}),
         ports=expect.ports,
     )
-    return fixed, Criterion("fixed-set", not problems, "; ".join(problems) or (
-        f"{len(fixed['hosts'])} nodes ({', '.join(fixed['hosts'])}), NICs "  # type: ignore[arg-type]
-        f"{', '.join(fixed['nics']) or '-'}, NCCL {', '.join(fixed['nccl_versions']) or '?'}"  # type: ignore[arg-type]
-    ))
+    return fixed, Criterion(
+        "fixed-set",
+        not problems,
+        "; ".join(problems)
+        or (
+            f"{len(fixed['hosts'])} nodes ({', '.join(fixed['hosts'])}), NICs "  # type: ignore[arg-type]
+            f"{', '.join(fixed['nics']) or '-'}, NCCL {', '.join(fixed['nccl_versions']) or '?'}"  # type: ignore[arg-type]
+        ),
+    )
 
 
-def _cause(failed: str | None, facts: list[dict[str, Any]], expect: Expectation,
-           kinds: list[str], ranks: int | None) -> str:
+def _cause(
+    failed: str | None,
+    facts: list[dict[str, Any]],
+    expect: Expectation,
+    kinds: list[str],
+    ranks: int | None,
+) -> str:
     if failed is None:
         return "healthy"
     if failed == "completed":
@@ -335,8 +352,18 @@ def _evidence(failed: str | None, facts: list[dict[str, Any]]) -> list[dict[str,
     out: list[dict[str, Any]] = []
     for f in facts:
         if failed == "completed":
-            out.extend({k: w[k] for k in ("source", "line", "text") if w.get(k) is not None}
-                       for w in f["failures"] + f["nccl"]["warns"])
+            if f.get("unmeasured"):
+                out.append(
+                    {
+                        "source": f["source"],
+                        "line": f["unmeasured_line"] or 1,
+                        "text": f"measured nothing about the fabric: {f['unmeasured']}",
+                    }
+                )
+            out.extend(
+                {k: w[k] for k in ("source", "line", "text") if w.get(k) is not None}
+                for w in f["failures"] + f["nccl"]["warns"]
+            )
         elif failed == "correct":
             out.extend({"source": f["source"], "line": line} for line in f["wrong_rows"])
     if not out and failed:

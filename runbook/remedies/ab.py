@@ -71,7 +71,12 @@ def read_case(
         network=nccl.get("network"),
         transports=tuple(nccl.get("transport_kinds") or ()),
         failure=failure,
-        not_run=not_run_reason(output, rc, node=node, command=command),
+        not_run=not_run_reason(output, rc, node=node, command=command)
+        or (
+            f"it measured nothing about the fabric: {tests.unmeasured}"
+            if tests.unmeasured
+            else None
+        ),
     )
 
 

@@ -60,6 +60,20 @@ SAMPLES = [
     ("nccl-socket-system-error",
      "dso-s1-r1-a100-03:2330:2658 [2] NCCL INFO misc/socket.cc:567 -> 2",
      "https://github.com/NVIDIA/nccl/issues/1000"),
+    # NCCL 2.0–2.4: no `NCCL` before WARN/INFO, include/socket.h and bootstrap.cu
+    ("socket-connect-failed",
+     "gpu-bql-144-103:18553:18611 [0] include/socket.h:360 WARN Call to connect failed : "
+     "Connection timed out", "https://github.com/NVIDIA/nccl-tests/issues/15"),
+    ("nccl-socket-system-error", "gpu-bql-144-103:18553:18611 [0] INFO bootstrap.cu:28 -> 2 [Net]",
+     "https://github.com/NVIDIA/nccl-tests/issues/15"),
+    # NCCL_SOCKET_IFNAME naming an interface the node lacks (2.27.7)
+    ("socket-no-interface",
+     "[trainer0|0]:ncclSocketInit: connecting to address  with family 59936 is neither "
+     "AF_INET(2) nor AF_INET6(10)", "https://github.com/NVIDIA/nccl/issues/1837"),
+    # DeepSpeed's loss scaler raises the built-in Exception
+    ("python-exception",
+     "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting "
+     "run.", "https://github.com/ymcui/Chinese-LLaMA-Alpaca/issues/534"),
     ("peer-closed",
      "ng30903:3063025:3066048 [0] misc/socket.cc:49 NCCL WARN socketProgress: Connection closed "
      "by remote peer ng30903-ib.narval.calcul.quebec<51159>",
@@ -122,6 +136,17 @@ KERNEL_SAMPLES = [
      "192.168.11.119: kern:     err: [2026-04-22T21:25:20.466440686Z]: nvidia-nvswitch1: SXid "
      "(PCI:0000:aa:00.0): 24007, Severity 1 Engine instance 12 Sub-engine instance 00",
      "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/446"),
+    # the driver wants the GPU reset and logs no Xid: GSP-RM status 0x62, RmInitAdapter 0x62
+    ("nvrm-gpu-reset-required",
+     "[Sun Jan 11 09:52:01 2026] NVRM: nvAssertOkFailedNoLog: Assertion failed: Reset required "
+     "[NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874 ",
+     "https://github.com/scitix/sichek/issues/51"),
+    ("nvrm-gpu-reset-required",
+     "[  101.209077] NVRM: GPU 0000:a1:00.0: RmInitAdapter failed! (0x62:0x40:2168)",
+     "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1230"),
+    ("nvrm-gpu-reset-required",
+     "[  101.287620] NVRM: GPU6 _kgspBootGspRm: (the GPU is likely in a bad state and may need to "
+     "be reset)", "https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1230"),
 ]  # fmt: skip
 
 

@@ -62,7 +62,8 @@ def test_the_adapter_keys_runs_by_file_and_reports_the_transport() -> None:
     assert ib["finished"] is False and ib["nccl"]["ib_disabled"] is True
     assert ib["nccl"]["network"] == "Socket" and ib["nccl"]["transport_kinds"] == ["P2P", "SHM"]
     assert fn({}, {}) == {
-        "collected": False, "runs": {}, "all_passed": False, "wrong_total": 0, "evidence": []
+        "collected": False, "runs": {}, "all_passed": False, "wrong_total": 0, "evidence": [],
+        "unmeasured": [],
     }
 
 
