@@ -3,9 +3,10 @@
 `--db`, `RUNBOOK_DB` and the config's `approvals.db` take either a path or a URL
 `postgresql://USER@HOST:PORT/DBNAME` (also `postgres://`); `location(text)` tells them apart, in
 this one place, for every command. A URL may carry a password (`postgresql://u:PW@host/db`),
-but a `PostgresURL` never shows it: its `str()` and `repr()` print `***` in its place, so a log
-line, an error or a run record that formats one cannot leak it. Better still, keep the password
-out of the URL: libpq reads `PGPASSWORD` or the file `PGPASSFILE` (default `~/.pgpass`).
+but a `PostgresURL` never shows it: its `str()` and `repr()` print `<REDACTED>` in its place,
+so a log line, an error or a run record that formats one cannot leak it. Better still, keep
+the password out of the URL: libpq reads `PGPASSWORD` or the file `PGPASSFILE` (default
+`~/.pgpass`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runbook.errors import UsageError
+from runbook.redact import REDACTED
 
 SCHEMES = ("postgresql", "postgres")
 _URL = re.compile(r"^(postgres(?:ql)?)://", re.IGNORECASE)
@@ -34,21 +36,21 @@ class PostgresURL:
         return urllib.parse.unquote(parsed.password) if parsed.password else None
 
     def redacted(self) -> str:
-        """The URL with the password (and any `password=` parameter) as `***`."""
+        """The URL with the password (and any `password=` parameter) as `<REDACTED>`."""
         return redact_url(self.url)
 
     def without_password(self) -> str:
         """The URL to print in a command for someone to run: no password at all (libpq reads
-        PGPASSWORD or PGPASSFILE), where `***` would be taken for one."""
+        PGPASSWORD or PGPASSFILE), where a mark would be taken for one."""
         return redact_url(self.url, drop=True)
 
     def scrub(self, text: str) -> str:
-        """`text` (an error message) with this URL's password, raw or decoded, as `***`."""
+        """`text` (an error message) with this URL's password, raw or decoded, withheld."""
         text = text.replace(self.url, self.redacted())
         parsed = urllib.parse.urlsplit(self.url)
         for secret in {parsed.password, self.password, *_query_passwords(self.url)}:
             if secret:
-                text = text.replace(secret, "***")
+                text = text.replace(secret, REDACTED)
         return text
 
     def __str__(self) -> str:
@@ -68,18 +70,20 @@ def _query_passwords(url: str) -> list[str]:
 
 
 def redact_url(url: str, *, drop: bool = False) -> str:
-    """A database URL with its password replaced by `***` (userinfo and `?password=`), or
-    left out (`drop`)."""
+    """A database URL with its password replaced by `<REDACTED>` (userinfo and
+    `?password=`), or left out (`drop`)."""
     try:
         parsed = urllib.parse.urlsplit(url)
         netloc = parsed.netloc
         if parsed.password is not None:
             user, _, host = netloc.rpartition("@")
             name = user.split(":", 1)[0]
-            netloc = f"{name}@{host}" if drop else f"{name}:***@{host}"
+            netloc = f"{name}@{host}" if drop else f"{name}:{REDACTED}@{host}"
         pairs = urllib.parse.parse_qsl(parsed.query, keep_blank_values=True)
         query = "&".join(
-            f"{k}=***" if k.lower() == "password" else f"{k}={urllib.parse.quote(v, safe='/')}"
+            f"{k}={REDACTED}"
+            if k.lower() == "password"
+            else f"{k}={urllib.parse.quote(v, safe='/')}"
             for k, v in pairs
             if not (drop and k.lower() == "password")
         )
@@ -87,7 +91,7 @@ def redact_url(url: str, *, drop: bool = False) -> str:
     except ValueError:
         # a URL that does not parse (a bad port): its text after the scheme is withheld whole
         match = _URL.match(url)
-        return f"{match.group(1) if match else 'postgresql'}://***"
+        return f"{match.group(1) if match else 'postgresql'}://{REDACTED}"
 
 
 def is_url(text: str) -> bool:

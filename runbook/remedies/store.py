@@ -35,6 +35,7 @@ The two-person rule's data: `requested_by` is who ran the run that queued a prop
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import secrets
@@ -312,8 +313,8 @@ class Store:
         with self.backend.tx():
             won = (
                 self.backend.run(
-                    "UPDATE proposals SET state='running', decided_by=?, decided_at=?, updated_at=?, "
-                    "runner=? WHERE id=? AND state='pending'",
+                    "UPDATE proposals SET state='running', decided_by=?, decided_at=?, "
+                    "updated_at=?, runner=? WHERE id=? AND state='pending'",
                     (actor, now, now, json.dumps(this_process()), pid),
                 )
                 == 1
@@ -359,8 +360,8 @@ class Store:
         with self.backend.tx():
             won = (
                 self.backend.run(
-                    "UPDATE proposals SET state=?, decided_by=?, decided_at=?, reason=?, updated_at=? "
-                    "WHERE id=? AND state='pending'",
+                    "UPDATE proposals SET state=?, decided_by=?, decided_at=?, reason=?, "
+                    "updated_at=? WHERE id=? AND state='pending'",
                     (state, actor, now, reason, now, pid),
                 )
                 == 1
@@ -503,7 +504,7 @@ class Store:
         limit: int = 50,
         *,
         oldest_first: bool = False,
-    ) -> list[QueuedProposal]:
+    ) -> builtins.list[QueuedProposal]:
         """One page of the queue, newest first (`oldest_first`: the longest waiting first),
         filtered in SQL on the indexes: `states` among STATES and `expired` (in a page,
         `pending` is a pending proposal within its TTL, `expired` one past it), a node, a kind,
@@ -584,7 +585,7 @@ class Store:
                 )
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), tuple(args)
 
-    def _approvals(self, pids: Sequence[str] | None) -> dict[str, list[str]]:
+    def _approvals(self, pids: Sequence[str] | None) -> dict[str, builtins.list[str]]:
         """pid → its approvers, first first (every proposal's with `pids` None)."""
         if "approvals" not in self.backend.tables:  # an earlier schema, read as it is
             return {}

@@ -11,9 +11,10 @@ What holds across machines, and how:
   other appenders (SHARE ROW EXCLUSIVE conflicts with itself, not with readers), reads the last
   entry, inserts the next and moves the anchor, in one transaction, so two writers on two
   machines never fork it;
-- migrations run under an advisory lock in one transaction (PostgreSQL's DDL is transactional).
+- migrations run one process at a time (a session advisory lock), in one transaction
+  (PostgreSQL's DDL is transactional).
 
-The password is never shown: errors name the URL with `***` and have the password scrubbed
+The password is never shown: errors name the URL with `<REDACTED>` and have the password scrubbed
 from libpq's text. A server that is down, unreachable or refuses the login is a
 StoreUnreachable (exit 3, as an unreachable node); a full disk on the server a DiskFullError.
 """
@@ -91,23 +92,31 @@ class PostgresBackend:
         return int((got or {}).get("v") or 0)
 
     def migrate(self, *, to: int = store_schema.LATEST) -> None:
+        """Every migration this database lacks, in one transaction, one process at a time:
+        the lock is the session's and taken before the version is read, so the read is a
+        transaction of its own that sees what a process migrating first committed (a lock
+        taken inside the migrating transaction would leave that transaction's catalog view
+        as it was before the wait)."""
         if self.version() >= to:
             return
-        with self._db.transaction():
-            self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        self._db.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        try:
             current = self.version()
             if current >= to:
                 return
-            self._db.execute(store_schema.versions_table("postgresql"))
-            for migration in store_schema.pending(current):
-                if migration.version > to:
-                    break
-                for statement in migration.statements("postgresql"):
-                    self._db.execute(statement)
-                self._db.execute(
-                    "INSERT INTO schema_migrations VALUES (%s, %s, %s)",
-                    (migration.version, migration.name, time.time()),
-                )
+            with self._db.transaction():
+                self._db.execute(store_schema.versions_table("postgresql"))
+                for migration in store_schema.pending(current):
+                    if migration.version > to:
+                        break
+                    for statement in migration.statements("postgresql"):
+                        self._db.execute(statement)
+                    self._db.execute(
+                        "INSERT INTO schema_migrations VALUES (%s, %s, %s)",
+                        (migration.version, migration.name, time.time()),
+                    )
+        finally:
+            self._db.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
 
     def _tables(self) -> set[str]:
         rows = self._db.execute(

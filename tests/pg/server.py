@@ -42,9 +42,16 @@ def _free_port() -> int:
 
 
 def _as_postgres(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603 - our own argv
-        argv, user="postgres", group="postgres", check=True, capture_output=True, text=True,
-        cwd="/", timeout=120, **kw,  # type: ignore[arg-type]
+    return subprocess.run(
+        argv,
+        user="postgres",
+        group="postgres",
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=120,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -57,7 +64,9 @@ class PgServer:
     def data(self) -> Path:
         return self.root / "data"
 
-    def url(self, dbname: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
+    def url(
+        self, dbname: str = "postgres", user: str = "postgres", password: str | None = None
+    ) -> str:
         auth = f"{user}:{password}" if password else user
         return f"postgresql://{auth}@127.0.0.1:{self.port}/{dbname}"
 
@@ -76,8 +85,9 @@ class PgServer:
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             try:
-                _as_postgres([str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate",
-                              "-w", "stop"])
+                _as_postgres(
+                    [str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"]
+                )
             except subprocess.CalledProcessError:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
@@ -101,16 +111,37 @@ def start() -> PgServer:
     shutil.chown(root, "postgres", "postgres")
     server = PgServer(root, _free_port())
     try:
-        _as_postgres([str(BIN / "initdb"), "-D", str(server.data), "-U", "postgres",
-                      "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+        _as_postgres(
+            [
+                str(BIN / "initdb"),
+                "-D",
+                str(server.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ]
+        )
         (server.data / "pg_hba.conf").write_text(_HBA)
-        _as_postgres([
-            str(BIN / "pg_ctl"), "-D", str(server.data), "-w", "-t", "60", "-l",
-            str(root / "server.log"), "-o",
-            f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c max_connections=200 -c shared_buffers=16MB",
-            "start",
-        ])
+        _as_postgres(
+            [
+                str(BIN / "pg_ctl"),
+                "-D",
+                str(server.data),
+                "-w",
+                "-t",
+                "60",
+                "-l",
+                str(root / "server.log"),
+                "-o",
+                f"-p {server.port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c max_connections=200 -c shared_buffers=16MB",
+                "start",
+            ]
+        )
         import psycopg
 
         with psycopg.connect(server.url(), autocommit=True) as conn:

@@ -58,9 +58,11 @@ def test_a_claim_wins_once_and_a_finished_proposal_is_never_claimed_again(
             store.get("pnope")
 
 
-def _claimer(place: Location, pid: str, name: str, barrier: Any, results: Any, release: Any) -> None:
+def _claimer(
+    place: Location, pid: str, name: str, barrier: Any, results: Any, release: Any
+) -> None:
     with Store(place) as store:
-        barrier.wait()
+        barrier.wait(60)
         try:
             store.claim(pid, actor=name)
             results.put((name, "won"))
@@ -97,7 +99,7 @@ def test_eight_processes_claiming_at_once_exactly_one_wins_on_either_database(
 
 def _approver(place: Location, pid: str, name: str, barrier: Any, results: Any) -> None:
     with Store(place) as store:
-        barrier.wait()
+        barrier.wait(60)
         results.put((name, store.add_approval(pid, name)))
 
 
