@@ -7,7 +7,8 @@ HTTP receiver on 127.0.0.1 that checks every request against the service's docum
 The page opens when the proposal is queued and is resolved, once, when it is denied, approved
 and run (the real playbook through ansible-runner, patching a manifest in a Git checkout), or
 expires undecided. A receiver that is down or hangs costs a warning, never the decision; each
-notice goes out once even when several processes publish at the same moment.
+notice goes out once even when several processes publish at the same moment, on the SQLite
+file and on a PostgreSQL server (the private test server of tests/pg).
 
 No node and no Kubernetes API are involved (the incident is a recorded bundle, `replay://`)."""
 
@@ -283,11 +284,24 @@ def test_a_receiver_that_is_down_or_slow_never_blocks_or_fails_a_decision(
     no_problems(used)
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_processes_publishing_at_the_same_moment_send_each_notice_once(
-    cli, tmp_path: Path, manifest: Path, services: dict[str, Receiver]
+    cli,
+    tmp_path: Path,
+    manifest: Path,
+    services: dict[str, Receiver],
+    database: str,
+    request: pytest.FixtureRequest,
 ) -> None:  # type: ignore[no-untyped-def]
+    """On the default SQLite file, and on a PostgreSQL server that several machines share
+    (the private test server, tests/pg): the claims hold across processes on either."""
+    store = ""
+    if database == "postgresql":
+        store = f"approvals:\n  db: {request.getfixturevalue('pg_url')}\n"
+    write_config(tmp_path, store)
     pid = queue(cli, manifest)  # nowhere to page yet: nothing sent
-    write_config(tmp_path, rx.config_text(services, desk=DESK))
+    assert (tmp_path / "state" / "approvals.db").exists() == (database == "sqlite")
+    write_config(tmp_path, store + rx.config_text(services, desk=DESK))
     env = {**cli_env(tmp_path), **rx.secret_env()}
 
     def publish_at_once(n: int) -> list[tuple[int, str, str]]:
@@ -305,9 +319,9 @@ def test_processes_publishing_at_the_same_moment_send_each_notice_once(
         assert len(mine(receiver, pid)) == 1, (name, len(mine(receiver, pid)))
 
     # decided with no place configured: the resolves are owed, and sent once by the publishers
-    write_config(tmp_path, "")
+    write_config(tmp_path, store)
     assert cli("approvals", "deny", pid, "--reason", "dup").rc == 0
-    write_config(tmp_path, rx.config_text(services, desk=DESK))
+    write_config(tmp_path, store + rx.config_text(services, desk=DESK))
     outcomes = publish_at_once(4)
     assert [rc for rc, _, _ in outcomes] == [0] * 4, outcomes
     no_problems(services)
