@@ -248,6 +248,13 @@ def test_approving_the_shm_patch_runs_it_and_shows_its_output_and_result(
         assert event in trail, trail
     assert "audit chain intact" in page.locator("#audit #chain").inner_text()
     shot(page, "desk-proposal-succeeded.png")
+    # the recovery check, as `runbook verify` runs it on the node (the GPU tools are shims)
+    page.click("#verify")
+    heading = wait_for_run(page, timeout=300)
+    status = page.locator("#verification").inner_text()
+    assert status.split(":")[0] in ("verified", "failed-verification"), (heading, status)
+    assert "recovery check of" in page.locator("#output").inner_text()
+    shot(page, "desk-proposal-recovery-check.png")
     page.context.close()
 
 
