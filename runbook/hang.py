@@ -503,6 +503,23 @@ def _from_watchdog(
         for r in watchdog.get("statuses") or []
         if r.get("rank") is not None and r.get("at") is not None
     }
+    # ranks that timed out in different ops at different numbers: one rank went on to other
+    # collectives while the others still wait in theirs (their order differs)
+    ops = {(r.get("op"), int(r["seq"])): [] for r in first.values()}
+    for rank, record in first.items():
+        ops[(record.get("op"), int(record["seq"]))].append(rank)
+    if len({op for op, _ in ops}) > 1 and len({seq for _, seq in ops}) > 1:
+        calls = "; ".join(
+            f"{_ranks_text(ranks)} timed out in {op} #{seq:,}"
+            for (op, seq), ranks in sorted(ops.items(), key=lambda kv: kv[0][1])
+        )
+        return {
+            "basis": "watchdog",
+            "cause": "collective-desync",
+            "statement": f"the ranks' watchdogs timed out in different collectives: {calls}",
+            "evidence": [first[ranks[0]] for ranks in ops.values()],
+            "confidence": "medium",
+        }
     timed_out = sorted(set(first) | detected)
     logged = {int(r["rank"]) for r in watchdog.get("last_seen") or [] if r.get("rank") is not None}
     silent = sorted(logged - set(timed_out))

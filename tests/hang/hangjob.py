@@ -6,7 +6,10 @@ A program, not a test module: ``python hangjob.py`` with ``RANK``, ``WORLD_SIZE`
 * ``HANG_MODE``: ``sleep`` (the rank sleeps before the collective the others enter),
   ``fifo`` (it blocks reading a FIFO nobody writes, as a rank stuck on I/O does), ``op`` (it
   calls ``broadcast`` where the others call ``all_reduce``), ``size`` (its batch is empty: it
-  all-reduces 0 elements where the others reduce 8, then goes on to the next step's);
+  all-reduces 0 elements where the others reduce 8, then goes on to the next step's),
+  ``freeze`` (it enters the collective 6 s before the others, and the test stops its whole
+  process with SIGSTOP once it dumped: every rank entered, nothing completes; no rank signals
+  the others to dump in this mode, each dumps once its own collective is pending);
 * ``HANG_RANK``: the rank that misbehaves; ``HANG_STEP``: at which step (default 3);
 * ``HANG_DIR``: where its log (``rank-N.log``) goes; ``HANG_FIFO``: the FIFO of ``fifo``;
 * ``TORCH_FR_BUFFER_SIZE``: the flight recorder's size; ``TORCH_FR_DUMP_TEMP_FILE``: where
@@ -71,6 +74,8 @@ def _watchdog(rank: int, hang_dir: str, fmt: str, after: float) -> None:
     import torch._C._distributed_c10d as c10d
 
     signal = os.environ.get("HANG_SIGNAL") or os.path.join(hang_dir, "dump-signal")
+    if os.environ.get("HANG_MODE") == "freeze":
+        signal = os.path.join(hang_dir, f"no-signal-{rank}")
     while True:
         time.sleep(0.2)
         try:
@@ -119,6 +124,8 @@ def main() -> int:
             log.info("step %d", step)
             if step == step_at and rank == bad:
                 misbehave(mode, grads)
+            elif step == step_at and mode == "freeze":
+                time.sleep(6.0)  # the rank the test freezes enters the collective first
             dist.all_reduce(grads)
     except Exception as err:
         log.error("%s: %s", type(err).__name__, err)

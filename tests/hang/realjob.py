@@ -58,6 +58,15 @@ class HangingJob:
             time.sleep(0.3)
         raise AssertionError(f"no dumps after {timeout} s: {self.logs()}")
 
+    def freeze_once_dumped(self, rank: int, timeout: float = READY_TIMEOUT_S) -> None:
+        """SIGSTOP `rank`'s process once it wrote its dump (it is then inside the collective)."""
+        deadline = time.monotonic() + timeout
+        while not list(self.dir.glob(f"**/fr/nccl_trace_rank_{rank}")):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rank {rank} wrote no dump: {self.logs()}")
+            time.sleep(0.1)
+        os.kill(self.procs[rank].pid, signal.SIGSTOP)
+
     def logs(self) -> str:
         return "\n".join(
             p.read_text(errors="replace")[-2000:]

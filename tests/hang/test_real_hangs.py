@@ -9,7 +9,9 @@ the evidence. Each verdict must name the right rank and cause:
 - a rank blocked reading a FIFO: rank-stalled, its stack in `load_next_batch`;
 - a rank calling broadcast where the others call all_reduce: collective-desync (op);
 - a rank all-reducing an empty tensor where the others reduce 8 elements: collective-desync
-  (size).
+  (size);
+- a rank whose process is stopped (SIGSTOP) inside the collective it entered before the
+  others: every rank entered, none completes: collective-hung.
 
 Every rank process is killed at the end of its test (tests/hang/realjob.py).
 """
@@ -135,3 +137,22 @@ def test_a_rank_reducing_another_size_is_a_desync_naming_both_sizes(tmp_path: Pa
     assert "rank 1 called all_reduce with sizes [[0]]" in text
     analysis = stage(verdict, "collective-state")["facts"]["hang"]["analysis"]
     assert analysis["mismatch"] == "size"
+
+
+def test_every_rank_inside_the_collective_with_a_frozen_peer_is_collective_hung(
+    tmp_path: Path,
+) -> None:
+    with hanging_job(
+        tmp_path / "job", world=2, mode="freeze", bad_rank=1, dump_format="json"
+    ) as job:
+        job.freeze_once_dumped(1)
+        job.wait_for_dumps()
+        verdict = diagnose(job, tmp_path)
+    text = finding(verdict)
+    print("VERDICT freeze:", text)
+    assert verdict["root_cause"] == "collective-hung", text
+    assert "every rank of pg 0 (default_pg) (2) entered all_reduce #4" in text
+    assert "stalled_ranks" not in verdict
+    # a transport question: the A/B test is offered, a drain never is
+    kinds = [p["kind"] for p in verdict["proposals"]]
+    assert "node-drain" not in kinds

@@ -5,6 +5,7 @@ expected.yaml keys (all but `root_cause` optional):
 
 - `proves`: what the bundle is for (one sentence, for humans)
 - `vars`: passed as `--var NAME=VALUE`, as an operator would (e.g. `cgroup_dir` for `--cgroup`)
+- `runbook`: the runbook to analyse with (default nccl-init-failure; a hang's: nccl-hang)
 - `root_cause`, `root_cause_not` (list), `confidence`, `surfaced_as_contains`
 - `first_anomaly`: `{source, line}` of the verdict's first anomaly (line only where meaningful)
 - `chain_contains` / `chain_excludes`: substrings that some / no chain finding holds
@@ -36,7 +37,7 @@ NAMES = [n for n in bundles.names() if (bundles.path(n) / "expected.yaml").is_fi
 ROOT_CAUSES = {
     "host-memory-oom", "gpu-memory-oom", "gpu-hardware", "pcie-error", "shm-exhausted",
     "p2p-unavailable", "rdma-misconfigured", "network-socket", "peer-rank-exited", "healthy",
-    "inconclusive",
+    "inconclusive", "collective-desync", "rank-stalled", "collective-hung",
 }  # fmt: skip
 MEMORY_VERDICTS = {"host-memory-oom", "gpu-memory-oom", "shm-exhausted"}
 HARDWARE_VERDICTS = {"gpu-hardware", "pcie-error"}
@@ -51,6 +52,8 @@ def expected(name: str) -> dict[str, Any]:
 @functools.cache
 def verdict(name: str) -> dict[str, Any]:
     args = ["analyze", str(bundles.path(name)), "--format", "json"]
+    if expected(name).get("runbook"):  # a hang's bundle is read by nccl-hang
+        args += ["--runbook", str(expected(name)["runbook"])]
     for key, value in (expected(name).get("vars") or {}).items():
         args += ["--var", f"{key}={value}"]
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
