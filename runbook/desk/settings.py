@@ -184,7 +184,6 @@ def load(
     where = f"config {source}: desk"
     known = {
         "base_url",
-        "listen",
         "session_ttl",
         "session_idle",
         "login_attempts",

@@ -205,3 +205,16 @@ def test_with_cert_and_key_it_serves_https_with_secure_host_cookies_and_hsts(
         except httpx.HTTPError:
             answered = None
     assert answered != 200
+
+
+def test_signing_out_ends_the_session_on_the_server_not_only_in_the_browser(
+    desk_factory: Any, oidc_provider: str, sign_in: Any
+) -> None:
+    server = desk_factory(oidc_desk(oidc_provider))
+    client = sign_in(server, "alice")
+    held = dict(client.cookies)
+    token = csrf_of(client.get("/queue").text)
+    out = client.post("/logout", data={"csrf": token})
+    assert out.status_code == 303 and out.headers["location"] == "/login"
+    with server.client(cookies=held) as replayed:  # the cookie a thief kept
+        assert replayed.get("/queue").status_code == 303
