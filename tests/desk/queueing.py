@@ -3,7 +3,6 @@ real SQLite), with evidence as hostile as a job's log can make it."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from runbook.remedies.store import Store
@@ -14,7 +13,7 @@ HOSTILE = (
 )
 
 
-def enqueue(db: Path, *, kind: str = "shm-size-limit", node: str = "gpu-node-07", n: int = 0,
+def enqueue(db: Any, *, kind: str = "shm-size-limit", node: str = "gpu-node-07", n: int = 0,
             text: str = "Call to posix_fallocate failed: No space left on device",
             ttl: float = 3600.0, **extra: Any) -> str:  # fmt: skip
     evidence = {

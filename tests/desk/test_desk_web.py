@@ -218,3 +218,27 @@ def test_signing_out_ends_the_session_on_the_server_not_only_in_the_browser(
     assert out.status_code == 303 and out.headers["location"] == "/login"
     with server.client(cookies=held) as replayed:  # the cookie a thief kept
         assert replayed.get("/queue").status_code == 303
+
+
+def test_the_desk_serves_a_queue_shared_in_postgresql(desk_factory: Any, pg_url: str) -> None:
+    from runbook import config as config_mod
+    from runbook.remedies.store import Store
+
+    allow = [{"users": ["alice@example.org"], "kinds": ["*"]}]
+    server = desk_factory({"trusted_header": {"proxies": ["127.0.0.1/32"]}, "allow": allow},
+                          args=("--db", pg_url))  # fmt: skip
+    db = config_mod.load(None, db=pg_url).db
+    pid = enqueue(db)
+    with server.client(headers={"X-Forwarded-Email": "alice@example.org"}) as client:
+        assert pid in client.get("/queue").text
+        token = csrf_of(client.get(f"/p/{pid}").text)
+        assert (
+            client.post(f"/p/{pid}/deny", data={"reason": "freeze", "csrf": token}).status_code
+            == 303
+        )
+        audit = client.get("/audit").text
+    with Store(db) as store:
+        denied = store.get(pid)
+    assert denied.state == "denied" and denied.reason == "freeze"
+    assert denied.decided_by is not None and denied.decided_by.endswith(" as alice@example.org")
+    assert "audit chain intact" in audit and "denied" in audit
