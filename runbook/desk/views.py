@@ -292,11 +292,22 @@ def deny(request: Request, session: Session, form: dict[str, str]) -> Response:
 
 
 def preview(request: Request, session: Session, form: dict[str, str]) -> Response:
-    """Check mode with diff (`runbook approvals preview`), in a worker thread."""
+    """Check mode with diff (`runbook approvals preview`), in a worker thread; for those who
+    may decide the proposal (it runs Ansible, if only in check mode)."""
+    from runbook.desk.app import refuse
+
     app = _app(request)
     pid = request.path_params["pid"]
     who = session.identity
     assert who is not None
+    with _reader(app) as reader:
+        try:
+            p = reader.store.get(pid)
+        except RunbookError as exc:
+            return refuse(request, 404, exc.one_line())
+    why = app.settings.policy.why_not(who, p.kind, p.root_cause)
+    if why is not None:
+        return refuse(request, 403, why)
 
     def body(run: runs.Run) -> str:
         from runbook.cli.approvals import print_diff, task_printer

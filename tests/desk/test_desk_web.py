@@ -100,6 +100,8 @@ def test_a_person_no_rule_names_is_refused_and_a_reader_cannot_decide(
     assert 'id="approve"' not in page and "may not decide" in page
     refused = carol.post(f"/p/{pid}/deny", data={"reason": "x", "csrf": csrf_of(page)})
     assert refused.status_code == 409 and "may not decide" in refused.text
+    checked = carol.post(f"/p/{pid}/preview", data={"csrf": csrf_of(page)})
+    assert checked.status_code == 403 and "may not decide" in checked.text
 
 
 def test_sign_in_attempts_are_rate_limited_per_client(
