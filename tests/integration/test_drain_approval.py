@@ -7,6 +7,7 @@ kubectl, the CLI, SQLite and the audit trail are real.
 
 from __future__ import annotations
 
+import getpass
 import json
 from pathlib import Path
 
@@ -58,7 +59,21 @@ def test_a_drain_is_refused_by_the_guard_when_the_pool_already_has_a_cordoned_no
     (drain,) = [p for p in proposals(cli) if p["kind"] == "node-drain"]
     assert drain["plan"]["extravars"]["node_drain_node"] == node
     k8s_api.clear_log()
-    refused = cli("approvals", "approve", drain["id"], extra_env=env, timeout=120)
+    # a drain needs a second person (runbook.remedies.two_person): the OS user queued it and
+    # alone is refused before anything reads or writes the cluster; the proposal waits
+    alone = cli("approvals", "approve", drain["id"], extra_env=env, timeout=120)
+    assert alone.rc == 1, alone.stdout + alone.stderr
+    assert "a node drain needs a second person: you queued it" in alone.stderr, alone.stderr
+    assert k8s_api.writes() == [] and not k8s_api.requests
+    (waiting,) = [p for p in proposals(cli) if p["id"] == drain["id"]]
+    assert waiting["state"] == "pending"
+    # the approver is then another name the config vouches for
+    me = getpass.getuser()
+    config = tmp_path / "config" / "nccl-runbook" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(f"approvers: [{me}, oncall2]\ndelegation: {{{me}: [oncall2]}}\n")
+    refused = cli("approvals", "approve", drain["id"], "--as", "oncall2", extra_env=env,
+                  timeout=120)  # fmt: skip
     assert refused.rc == 1, refused.stdout + refused.stderr
     assert "refused" in refused.stderr and "gpu-node-01" in refused.stderr, refused.stderr
     # the guard read the pool and wrote nothing: no cordon, no eviction
