@@ -284,7 +284,8 @@ ONE_ISSUE = [
               message=f"no parser named 'zzzzzz' (known: {', '.join(sorted(registry.names()))})")),
     *(
         case(f"not-a-root-cause-{name}", rule(text),
-             Want("semantics", path, 5, starts="'oom' is not a root cause (known: gpu-hardware, "))
+             Want("semantics", path, 5,
+                  starts="'oom' is not a root cause (known: collective-desync, collective-hung, "))
         for name, text, path in NOT_A_ROOT_CAUSE
     ),
     case("root-cause-typo-gets-a-did-you-mean", rule("{conclude: host-memory-om}"),
