@@ -205,43 +205,86 @@ def decided(
     config: Config,
     proposal: QueuedProposal,
     *,
+    store: Store | None = None,
     warn: Callable[[str], None] = _stderr,
 ) -> threading.Thread | None:
-    """Resolve `proposal`'s pages now that it is decided, in a thread of its own: the decision
-    never waits on a slow place and never fails for one (a warning; the next command's
-    publish tries again). The thread is not a daemon: a command's process ends once it is
-    done, within the delivery deadline. Returns it (None when there is nothing to do)."""
+    """Resolve `proposal`'s pages now that it is decided. Its `resolved` notices are claimed
+    here, in the store of the desk that decided (`store`, else one opened for this), so the
+    same command's publish on its way out leaves them alone; they are delivered in a thread
+    of its own: the decision never waits on a slow place and never fails for one (a warning;
+    a failed one is released, and the next command's publish tries again). The thread is not
+    a daemon: a command's process ends once it is done, within the delivery deadline. Returns
+    it (None when there is nothing to send). Never raises."""
     channels = [c for c in config.notify.channels if RESOLVED in paging.events(c.service)]
     if not channels or proposal.state in ("pending", "running"):
         return None
+    try:
+        if store is None:
+            from runbook.remedies.store import Store
+
+            with Store(config.db) as own:
+                claimed = _claim_resolves(own, channels, proposal)
+        else:
+            claimed = _claim_resolves(store, channels, proposal)
+    except Exception as exc:
+        warn(f"proposal {proposal.id}: pages not resolved: {_why(exc)}")
+        return None
+    if not claimed:
+        return None
     thread = threading.Thread(
-        target=_resolve, args=(config, proposal.id, channels, warn),
+        target=_deliver_resolves, args=(config, proposal, claimed, warn),
         name=f"runbook-resolve-{proposal.id}",
     )  # fmt: skip
     thread.start()
     return thread
 
 
-def _resolve(
-    config: Config, pid: str, channels: Sequence[Channel], warn: Callable[[str], None]
+def _why(exc: BaseException) -> str:
+    one_line = getattr(exc, "one_line", None)
+    return str(one_line()) if callable(one_line) else f"{type(exc).__name__}: {exc}"
+
+
+def _claim_resolves(
+    store: Store, channels: Sequence[Channel], proposal: QueuedProposal
+) -> list[Channel]:
+    """The places whose `resolved` notice of `proposal` this process is to send, claimed."""
+    sent = store.sent_notices()
+    now = time.time()
+    return [
+        channel
+        for channel in channels
+        if due(channel, (), [proposal], sent, now=now, window=0)
+        and store.claim_notice(proposal.id, paging.notice_name(channel, RESOLVED))
+    ]
+
+
+def _deliver_resolves(
+    config: Config,
+    proposal: QueuedProposal,
+    channels: Sequence[Channel],
+    warn: Callable[[str], None],
 ) -> None:
+    """Send the claimed `resolved` notices; each marked sent, or released (a warning)."""
     from runbook.remedies.store import Store
 
     try:
-        with Store(config.db) as store:
-            proposal = store.get(pid)
-            sent = store.sent_notices()
-            now = time.time()
-            for channel in channels:
-                if not due(channel, (), [proposal], sent, now=now, window=0):
-                    continue
-                delivery = _send(config, store, channel, proposal, RESOLVED, now)
-                if delivery is not None and not delivery.ok:
+        outcomes = []
+        for channel in channels:
+            message = paging.message(channel, proposal, RESOLVED, now=time.time(),
+                                     desk_url=config.notify.desk_url)  # fmt: skip
+            delivery = deliver(channel.url, message.body, headers=message.headers,
+                               timeout=config.notify.timeout)  # fmt: skip
+            outcomes.append((channel, delivery))
+        with Store(config.db) as store:  # a connection of this thread's own
+            for channel, delivery in outcomes:
+                name = paging.notice_name(channel, RESOLVED)
+                if delivery.ok:
+                    store.notice_sent(proposal.id, name)
+                else:
+                    store.release_notice(proposal.id, name)
                     warn(_gave_up(channel, delivery, 1))
     except Exception as exc:  # a background thread: whatever happens is one warning
-        why = getattr(exc, "one_line", None)
-        warn(f"proposal {pid}: pages not resolved: "
-             f"{why() if callable(why) else f'{type(exc).__name__}: {exc}'}")  # fmt: skip
+        warn(f"proposal {proposal.id}: pages not resolved: {_why(exc)}")
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,7 @@ class Desk:
         if self.config.notify.enabled and not self.readonly:
             from runbook import notify
 
-            notify.decided(self.config, proposal)
+            notify.decided(self.config, proposal, store=self.store)
 
     # ------------------------------------------------------------------------------ queue
     def queue_verdict(
