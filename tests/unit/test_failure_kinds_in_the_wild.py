@@ -186,3 +186,33 @@ def test_an_rm_init_failure_with_another_status_is_not_a_reset_request(
 ) -> None:
     found = signatures.catalog().classify(line, kernel=True)
     assert found is None or found.id != "nvrm-gpu-reset-required", source
+
+
+# NCCL's own format strings at its release tags (github.com/NVIDIA/nccl), printed with an errno
+# string / address family the way NCCL prints them: one reading across the releases
+NCCL_SOCKET_FORMS = [
+    # v2.3.5-5 src/include/core.h:297/305 (SYSCHECKNTIMES/SYSCHECKVALEXP around connect())
+    ("v2.3.5", "Call to connect timeout : Connection refused", "socket-connect-failed"),
+    ("v2.3.5", "Call to connect failed : Connection timed out", "socket-connect-failed"),
+    # v2.4.8-1 src/include/socket.h:390
+    ("v2.4.8", "Connect to 10.0.0.2<45763> failed : Connection timed out", "socket-connect-failed"),
+    # the interface named by NCCL_SOCKET_IFNAME does not exist: the address family is garbage
+    # v2.8.4-1 src/include/socket.h:370
+    ("v2.8.4", "Error : connecting to address with family 0 is neither AF_INET(2) nor "
+     "AF_INET6(10)", "socket-no-interface"),
+    # v2.12.12-1 src/misc/socket.cc:396
+    ("v2.12.12", "Net : connecting to address  with family 59936 is neither AF_INET(2) nor "
+     "AF_INET6(10)", "socket-no-interface"),
+    # v2.18.6-1 src/misc/socket.cc:713, v2.21.5-1 :716, v2.23.4-1 :718
+    ("v2.23.4", "ncclSocketInit: connecting to address  with family 33022 is neither AF_INET(2) "
+     "nor AF_INET6(10)", "socket-no-interface"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("tag", "message", "sig"), NCCL_SOCKET_FORMS)
+def test_nccls_socket_warnings_read_as_network_socket_in_every_release(
+    tag: str, message: str, sig: str
+) -> None:
+    for line in (f"host:1:2 [0] include/socket.h:1 NCCL WARN {message}", f"h [0] WARN {message}"):
+        found = signatures.catalog().classify(line)
+        assert found is not None and found.id == sig and found.cause == "network-socket", tag
