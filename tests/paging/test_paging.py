@@ -336,3 +336,18 @@ def test_processes_publishing_at_the_same_moment_send_each_notice_once(
         assert len(mine(receiver, pid)) == 2, (name, len(mine(receiver, pid)))
     trigger, resolve = mine(services["pagerduty"], pid)
     assert resolve["dedup_key"] == trigger["dedup_key"]
+
+
+def test_a_bad_paging_setting_is_one_line_naming_its_key_never_its_value(cli) -> None:  # type: ignore[no-untyped-def]
+    for env, key in (
+        ({"RUNBOOK_TEAMS_WEBHOOK_URL": f"file:///{rx.URL_TOKEN}"}, "notify.teams.webhook_url"),
+        ({"RUNBOOK_SLACK_WEBHOOK_URL": f"ftp://h/{rx.URL_TOKEN}"}, "notify.slack.webhook_url"),
+        ({"RUNBOOK_PAGERDUTY_ROUTING_KEY": f"{rx.ROUTING_KEY} x"}, "notify.pagerduty.routing_key"),
+        ({"RUNBOOK_WEBHOOK_SECRET": f"{rx.SECRET} x", "RUNBOOK_WEBHOOK_URL": "http://h/"},
+         "notify.signing_secret"),
+    ):  # fmt: skip
+        bad = cli("approvals", "publish", extra_env=env)
+        assert bad.rc == 2, bad.stderr
+        assert bad.stderr.count("\n") == 1 and key in bad.stderr, bad.stderr
+        assert "Traceback" not in bad.stderr
+        no_secret(bad.stderr)
