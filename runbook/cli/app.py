@@ -80,8 +80,8 @@ def _register_subcommands() -> None:
     for name in (
         "runbook.cli.node", "runbook.cli.runbooks", "runbook.cli.demo", "runbook.cli.sweep",
         "runbook.cli.verify", "runbook.cli.resume", "runbook.cli.listing", "runbook.cli.npd",
-        "runbook.cli.setup", "runbook.cli.desk",
-    ):
+        "runbook.cli.setup", "runbook.cli.desk", "runbook.cli.signatures",
+    ):  # fmt: skip
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:

@@ -28,6 +28,7 @@ from runbook.cli.options import (
     textfile_dir_option,
     var_option,
 )
+from runbook.cli.signatures import signatures_option, use_signatures
 from runbook.errors import UsageError
 from runbook.output import count, output_console, verbosity
 
@@ -60,6 +61,7 @@ from runbook.output import count, output_console, verbosity
 @textfile_dir_option
 @job_options
 @target_options
+@signatures_option
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -72,6 +74,7 @@ def run(
     fmt: str,
     db: str | None,
     as_user: str | None,
+    signatures_file: str | None,
     **kw: Any,
 ) -> None:
     """Walk RUNBOOK (a shipped id or a YAML file) over a target, guided stage by stage.
@@ -102,6 +105,7 @@ def run(
     from runbook.render.console import GuidedConsole
     from runbook.session import RunOptions, TargetSpec, start_run
 
+    use_signatures(ctx, signatures_file)
     job_kw = {key: kw.pop(key) for key in JOB_KEYS}
     context = {name: kw.pop(name) for name in JOB_CONTEXT_VARS}
     if job_kw["job"] or job_kw["hosts_from_file"]:
@@ -157,12 +161,27 @@ def run(
 @runbook_option()
 @format_option("text", "json", "markdown", default="text")
 @var_option()
-def analyze(bundle: str, runbook_ref: str, fmt: str, var_items: tuple[str, ...]) -> None:
-    """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline."""
+@signatures_option
+@click.pass_context
+def analyze(
+    ctx: click.Context,
+    /,
+    bundle: str,
+    runbook_ref: str,
+    fmt: str,
+    var_items: tuple[str, ...],
+    signatures_file: str | None,
+) -> None:
+    """Analyse a recorded evidence BUNDLE (a directory or .tar.gz) offline.
+
+    --signatures FILE (or signatures.user_catalog in the config) adds your own error
+    signatures, tried before the shipped ones; `runbook signatures test FILE BUNDLE` shows
+    what each matches."""
     from runbook.render import node_markdown
     from runbook.render.console import render_verdict
     from runbook.session import analyze as analyze_bundle
 
+    use_signatures(ctx, signatures_file)
     result = analyze_bundle(bundle, runbook_ref, parse_vars(var_items))
     if fmt == "json":
         click.echo(json.dumps(result.verdict.to_json(), indent=2, default=str))

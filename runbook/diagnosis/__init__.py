@@ -11,7 +11,12 @@ Pure: takes the conductor, returns the typed `runbook.verdict.Verdict`. The name
   confidence; `healthy` only on evidence (something read and ruled out, no anomaly);
 - `confidence_of`, `first_anomaly_of` (always a bundle file and line when one is known);
 - `split_chain`: the causal chain (the root cause's findings and the consequences, in causal
-  order) apart from what was merely also seen.
+  order) apart from what was merely also seen;
+- `unrecognized_first`: an error line no signature names (a new NCCL WARN, a driver message
+  nobody catalogued: `UNRECOGNIZED`) is an anomaly in time order like any other; when no
+  finding names a cause and it came first, it is the first anomaly and the chain's first link
+  (`unrecognized: <line>`), and the verdict's optional `unrecognized` field holds it (source,
+  line, text), instead of naming a consequence.
 
 An explicit `conclude:` wins.
 """
@@ -422,6 +427,58 @@ def _proposals(
     return proposals
 
 
+#: what a line is when no signature names it: the kernel parser's `unrecognized` error lines
+#: (runbook.parsers.errorlines), and the catalog's catch-alls, which say only that a line is
+#: an error (an NCCL WARN of no known kind, a rank's `ERROR …`)
+UNRECOGNIZED = ("unrecognized", "nccl-warn", "generic-error")
+#: items of one list searched for unrecognized lines (the parsers keep no more than this)
+_UNRECOGNIZED_MAX = 2000
+
+
+def _unrecognized_evidence(value: Any, depth: int = 0) -> list[dict[str, Any]]:
+    """Every evidence record (source, line) in some facts whose signature is unrecognized."""
+    if depth > 8:
+        return []
+    if isinstance(value, Mapping):
+        if value.get("signature") in UNRECOGNIZED and "source" in value and "line" in value:
+            return [dict(value)]
+        return [e for v in value.values() for e in _unrecognized_evidence(v, depth + 1)]
+    if isinstance(value, list | tuple):
+        return [e for v in value[:_UNRECOGNIZED_MAX] for e in _unrecognized_evidence(v, depth + 1)]
+    return []
+
+
+def unrecognized_first(
+    walked: list[StageRecord], ranked: list[RuleFinding], local: dt.tzinfo | None = None
+) -> RuleFinding | None:
+    """The earliest unrecognized error line the walk read, in causal order, as a finding
+    (`unrecognized: <line>`, role local-error, no cause) when it comes before every anomaly
+    in `ranked`; else None."""
+    seen: dict[tuple[Any, Any], tuple[str, dict[str, Any]]] = {}
+    for record in walked:
+        for facts in record.facts.values():
+            for e in _unrecognized_evidence(facts):
+                seen.setdefault((e.get("source"), e.get("line")), (record.id, e))
+    if not seen:
+        return None
+    stage_of = {id(e): stage for stage, e in seen.values()}
+    first = causal_order([e for _, e in seen.values()], local=local)[0]
+    text = " ".join(str(first.get("text") or "").split())
+    evidence = {k: first.get(k) for k in ("source", "line", "time", "text") if first.get(k)}
+    if first.get("time_inferred"):
+        evidence["time_inferred"] = True
+    candidate = RuleFinding(
+        stage=stage_of[id(first)],
+        text=f"unrecognized: {text[:300]}",
+        role="local-error",
+        evidence=[{**evidence, "role": "local-error", "signature": "unrecognized"}],
+    )
+    anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
+    if rank_findings([candidate, *anomalies], local)[0] is not candidate:
+        return None
+    return candidate
+
+
 def _linked(finding: RuleFinding) -> typed.Finding:
     """A finding as a link of the verdict's chain (or of what was also seen)."""
     return typed.Finding(
@@ -459,6 +516,15 @@ def build_verdict(
     anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
 
     root_cause, cause_finding, weak = _root_cause(conductor, ranked, walked, anomalies, errors)
+    unrecognized = None
+    if root_cause in ("inconclusive", "healthy") and not conductor.concluded:
+        unrecognized = unrecognized_first(walked, ranked, local)
+    if unrecognized is not None:
+        # nothing names a cause, and a line nothing names came first: it is the first anomaly
+        findings = [unrecognized, *findings]
+        ranked = rank_findings(findings, local)
+        anomalies = [f for f in ranked if finding_role(f) not in ("context", "benign")]
+        root_cause, cause_finding, weak = _root_cause(conductor, ranked, walked, anomalies, errors)
     confidence = confidence_of(root_cause, cause_finding, weak, errors, gaps)
     context = conductor.context()
     surfaced_as = _surfaced_as(runbook, context)
@@ -490,10 +556,18 @@ def build_verdict(
             "timeline": build_timeline(conductor, local),
             # a hang's stalled ranks (rank, node, since, stack), when the walk read them
             **hang.verdict_fields((r.facts for r in walked), root_cause),
+            # the line no signature names that came first (when nothing names a cause)
+            **({"unrecognized": _unrecognized_field(unrecognized)} if unrecognized else {}),
         },
     )
     # a credential a log line carried never reaches a verdict, a report or a sweep result
     return typed.Verdict.from_json(redact_data(verdict.to_json()))
+
+
+def _unrecognized_field(finding: RuleFinding) -> dict[str, Any]:
+    """The verdict's `unrecognized` (an optional field): the line's source, number and text."""
+    e = finding.evidence[0]
+    return {k: e[k] for k in ("source", "line", "text") if e.get(k) is not None}
 
 
 def stage_summary(conductor: Conductor, stage_id: str) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from runbook import signatures
 from runbook.once import once
+from runbook.parsers import errorlines
 from runbook.parsers import xid as xidtable
 from runbook.parsers._common import (
     Counter,
@@ -194,6 +195,9 @@ class DmesgFacts:
     recognized: bool = True
     #: corrected AER reports, per device in the order first reported
     aer_corrected: tuple[CorrectedAer, ...] = ()
+    #: error lines no record or signature names (runbook.parsers.errorlines): a new driver
+    #: message, which the verdict reports as `unrecognized` when it came first
+    unrecognized: tuple[KernelSignature, ...] = ()
 
     @property
     def iommu_faults(self) -> tuple[KernelSignature, ...]:
@@ -265,8 +269,9 @@ def catalog_words() -> tuple[str, ...]:
 
 
 def keywords() -> tuple[str, ...]:
-    """Every keyword of the pre-filter: the records' own and the catalog's kernel lines'."""
-    return (*_RECORD_KEYWORDS, *catalog_words())
+    """Every keyword of the pre-filter: the records' own, the catalog's kernel lines' and
+    those of error lines nothing names (runbook.parsers.errorlines)."""
+    return (*_RECORD_KEYWORDS, *catalog_words(), *errorlines.KEYWORDS)
 
 
 def candidate_lines(result: Any) -> candidates:
@@ -279,10 +284,11 @@ def candidate_lines(result: Any) -> candidates:
 def _trigger() -> re.Pattern[str]:
     """Every line on which a record can start or be recorded whole matches this (the slow
     path's filter: broader than the keywords, it is only a shortcut past chatter)."""
+    words = "|".join(re.escape(w) for w in (*catalog_words(), *errorlines.KEYWORDS))
     return re.compile(
         r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
         r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"
-        r"|Call Trace|" + "|".join(re.escape(w) for w in catalog_words())
+        r"|Call Trace|" + words
     )
 
 
@@ -467,6 +473,7 @@ class _Found:
     fallen: list[FallenOffBus] = field(default_factory=list)
     aers: list[AerEvent] = field(default_factory=list)
     catalog_hits: list[KernelSignature] = field(default_factory=list)
+    unrecognized: list[KernelSignature] = field(default_factory=list)
     #: corrected AER reports per device: the scanner's tally when the lines are its
     #: candidates, else counted here in the tally's own record
     corrected: dict[str, Tallied] = field(default_factory=dict)
@@ -997,6 +1004,15 @@ def _aer_detail(aer: _Aer, msg: str, number: int) -> bool:
 
 
 #: the record handlers in the order a line is offered to them (the first that takes it wins)
+def _unrecognized(state: _State, msg: str, ev: KernelEvidence) -> bool:
+    """An error line no handler before took (runbook.parsers.errorlines): kept as it is."""
+    if not errorlines.kernel_error(ev.text, msg):
+        return False
+    hit = KernelSignature(**_ev(ev), signature="unrecognized", role="local-error", cause=None)
+    state.found.counter.keep("unrecognized", state.found.unrecognized, hit)
+    return True
+
+
 _HANDLERS = (
     _call_trace,
     _oom_line,
@@ -1006,6 +1022,7 @@ _HANDLERS = (
     _fallen_off_bus,
     _catalog_line,
     _aer,
+    _unrecognized,
 )
 
 
@@ -1047,6 +1064,7 @@ def _facts(state: _State, lines: int, seen_lines: int) -> DmesgFacts:
         catalog_hits=tuple(found.catalog_hits),
         recognized=state.fmt != "none" or not seen_lines or any(records),
         aer_corrected=summaries,
+        unrecognized=tuple(found.unrecognized),
     )
 
 
