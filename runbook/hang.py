@@ -179,6 +179,14 @@ def _since(time: Any, now: Any) -> str:
     return f" since {_stamp(time)}, {took} before the evidence was read"
 
 
+def _before(time: Any, now: Any) -> str:
+    """`, 31 min before the evidence was read`, or nothing when either time is unknown."""
+    start, end = parse_time(time), parse_time(now)
+    if start is None or end is None:
+        return ""
+    return f", {duration_text((end - start).total_seconds())} before the evidence was read"
+
+
 def _pg_text(pg: str, desc: str) -> str:
     return f"pg {pg} ({desc})" if desc and desc != pg else f"pg {pg}"
 
@@ -346,7 +354,7 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
         }
     if behind:
         stalled = []
-        evidence: list[dict[str, Any]] = []
+        evidence = []
         parts = []
         for rank in behind:
             view = dumped[rank]
@@ -384,12 +392,7 @@ def _from_flight_recorder(views: Mapping[int, RankView], now: Any) -> dict[str, 
             last_text = (
                 f"; stalled since its {last.get('op')} #{last.get('seq'):,}"
                 + (f" at {_stamp(since)}" if since else "")
-                + (
-                    f", {duration_text((parse_time(now) - parse_time(since)).total_seconds())}"
-                    " before the evidence was read"
-                    if since and parse_time(now) and parse_time(since)
-                    else ""
-                )
+                + _before(since, now)
                 if last
                 else "; no collective of that group in its dump"
             )
@@ -505,7 +508,9 @@ def _from_watchdog(
     }
     # ranks that timed out in different ops at different numbers: one rank went on to other
     # collectives while the others still wait in theirs (their order differs)
-    ops = {(r.get("op"), int(r["seq"])): [] for r in first.values()}
+    ops: dict[tuple[Any, int], list[int]] = {
+        (r.get("op"), int(r["seq"])): [] for r in first.values()
+    }
     for rank, record in first.items():
         ops[(record.get("op"), int(record["seq"]))].append(rank)
     if len({op for op, _ in ops}) > 1 and len({seq for _, seq in ops}) > 1:

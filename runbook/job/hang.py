@@ -79,12 +79,12 @@ def job_hang(results: Sequence[HostResult]) -> dict[str, Any] | None:
     views = merge_views(groups)
     watchdog["last_seen"] = [v.last_seen for v in views.values() if v.last_seen]
     now = max(read_at).isoformat() if read_at else None
-    result = analyse(views, watchdog, now=now)
-    for evidence in result.get("evidence") or []:
+    found = analyse(views, watchdog, now=now)
+    for evidence in found.get("evidence") or []:
         rank = evidence.get("rank")
         if isinstance(rank, int) and rank in views and not evidence.get("node"):
             evidence["node"] = views[rank].node
-    return result if result.get("cause") or result.get("statement") else None
+    return found if found.get("cause") or found.get("statement") else None
 
 
 def apply(verdict: dict[str, Any], results: Sequence[HostResult]) -> dict[str, Any]:

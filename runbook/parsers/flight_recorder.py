@@ -251,9 +251,13 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
     if data is None:
         facts["error"] = problem
         return facts
-    statuses = data.get("pg_status") if isinstance(data.get("pg_status"), Mapping) else {}
-    config = data.get("pg_config") if isinstance(data.get("pg_config"), Mapping) else {}
-    raw_entries = data.get("entries") if isinstance(data.get("entries"), list) else []
+    statuses: Mapping[str, Any] = (
+        data["pg_status"] if isinstance(data.get("pg_status"), Mapping) else {}
+    )
+    config: Mapping[str, Any] = (
+        data["pg_config"] if isinstance(data.get("pg_config"), Mapping) else {}
+    )
+    raw_entries: list[Any] = data["entries"] if isinstance(data.get("entries"), list) else []
     entries = []
     for raw in raw_entries:
         if isinstance(raw, Mapping):

@@ -11,6 +11,7 @@ which the job merge lines up across nodes), and each source's own facts under `f
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +47,7 @@ def parse_processes(text: str) -> list[dict[str, Any]]:
 
 def _now(context: Mapping[str, Any]) -> Any:
     value = context.get("collected_at")
-    return value.isoformat() if hasattr(value, "isoformat") else value
+    return value.isoformat() if isinstance(value, dt.datetime) else value
 
 
 @register("hang", "a hang lined up from the ranks' flight recorder, stacks and watchdog lines")

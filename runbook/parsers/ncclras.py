@@ -133,7 +133,9 @@ def parse_json(text: str, source: str = FILE) -> dict[str, Any]:
         for missing in comm.get("missing_ranks") or []:
             if not isinstance(missing, Mapping):
                 continue
-            status = missing.get("status") if isinstance(missing.get("status"), Mapping) else {}
+            status: Mapping[str, Any] = (
+                missing["status"] if isinstance(missing.get("status"), Mapping) else {}
+            )
             record = {
                 "source": source,
                 "line": None,

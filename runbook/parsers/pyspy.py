@@ -80,7 +80,7 @@ def parse_json(text: str) -> dict[str, Any]:
             continue
         if isinstance(item.get("pid"), int):
             facts.setdefault("pid", item["pid"])
-        frames = []
+        frames: list[dict[str, Any]] = []
         for frame in item.get("frames") or []:
             if isinstance(frame, Mapping) and len(frames) < KEEP_FRAMES:
                 line = frame.get("line")
