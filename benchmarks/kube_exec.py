@@ -28,12 +28,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
+from typing import Any
 
 from benchmarks.ssh_connection_reuse import median_text
 from runbook.executor import execute
 from runbook.spec import load_file, resolve
-from runbook.transports.base import CommandResult, Probe
 from runbook.transports.nsenter import KubectlTransport
 from tests.hosts.harness import HostNetwork
 from tests.k8s.fixtures import KubeApi, kubectl_env
@@ -43,18 +44,20 @@ from tests.scenarios import shims
 NODE = "gpu-node-01"
 
 
-class OneExecAProbe:
-    """The node agent's transport with no batches: each probe its own `kubectl exec`."""
+#: the last revision whose kubectl:// transport ran one `kubectl exec` a probe
+BEFORE = "b07da53^"
 
-    def __init__(self, inner: KubectlTransport) -> None:
-        self.inner = inner
-        self.description = inner.description
 
-    def run(self, probe: Probe) -> CommandResult:
-        return self.inner.run(probe)
-
-    def close(self) -> None:
-        self.inner.close()
+def transport_before(namespace: str, pod: str, nsenter_pid: int) -> Any:
+    """The kubectl:// transport as of BEFORE (one exec a probe, its connection check an exec
+    of `true`), loaded from git; None when git cannot show it."""
+    done = subprocess.run(["git", "show", f"{BEFORE}:runbook/transports/nsenter.py"],
+                          capture_output=True, text=True, cwd=Path(__file__).parent)  # fmt: skip
+    if done.returncode != 0:
+        return None
+    module = types.ModuleType("nsenter_before")
+    exec(compile(done.stdout, f"{BEFORE}:runbook/transports/nsenter.py", "exec"), module.__dict__)
+    return module.KubectlTransport(namespace, pod, nsenter_pid=nsenter_pid)
 
 
 def _execs(api: KubeApi) -> int:
@@ -106,15 +109,20 @@ def main() -> int:
                     execs[name] = _execs(api) - before
             runbook = load_file(resolve("nccl-init-failure"))
             walks: dict[str, list[float]] = {"one exec a probe": [], "one exec a burst": []}
+            pod = agent["metadata"]["name"]
             walk_execs: dict[str, int] = {}
             probes: dict[str, int] = {}
             for _ in range(args.repeat):
                 for name in walks:
                     before = _execs(api)
                     start = time.perf_counter()
-                    transport = KubectlTransport("kube-system", agent["metadata"]["name"],
-                                                 nsenter_pid=int(pid))  # fmt: skip
-                    walked = OneExecAProbe(transport) if name == "one exec a probe" else transport
+                    walked = (
+                        transport_before("kube-system", pod, int(pid))
+                        if name == "one exec a probe"
+                        else KubectlTransport("kube-system", pod, nsenter_pid=int(pid))
+                    )
+                    if walked is None:
+                        continue
                     try:
                         result = execute(runbook, walked)
                     finally:
@@ -122,6 +130,15 @@ def main() -> int:
                     walks[name].append(time.perf_counter() - start)
                     walk_execs[name] = _execs(api) - before
                     probes[name] = len(result.results)
+            before = _execs(api)
+            sweep = subprocess.run(
+                [sys.executable, "-m", "runbook", "sweep", "nccl-init-failure",
+                 "--kube-selector", f"kubernetes.io/hostname={NODE}", "--nsenter", pid,
+                 "--report", f"{tmp}/sweep"], capture_output=True, text=True, env=env,
+            )  # fmt: skip
+            if sweep.returncode not in (0, 1):
+                raise SystemExit(f"sweep: exit {sweep.returncode}: {sweep.stderr[-500:]}")
+            sweep_execs = _execs(api) - before
         finally:
             api.stop()
     ssh = statistics.median(cli["ssh://"])
@@ -131,10 +148,15 @@ def main() -> int:
         ratio = statistics.median(samples) / ssh
         shown = "" if name == "ssh://" else f"  {ratio:.2f}x ssh, {execs[name]} execs"
         print(f"  {name:<18} {median_text(samples)}{shown}")
-    print(f"one node's walk over the node agent, in this process ({args.repeat} runs):")
+    print(f"one node's walk over the node agent, in this process ({args.repeat} runs; one exec "
+          f"a probe: the transport as of {BEFORE}):")  # fmt: skip
     for name, samples in walks.items():
+        if not samples:
+            print(f"  {name:<18} not run: git cannot show {BEFORE}")
+            continue
         print(f"  {name:<18} {median_text(samples)}  {walk_execs[name]} exec requests "
               f"for {probes[name]} probe results")  # fmt: skip
+    print(f"runbook sweep --kube-selector (one node): {sweep_execs} exec requests for the node")
     return 0
 
 

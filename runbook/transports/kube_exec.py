@@ -16,8 +16,9 @@ child, does not), so the pid in the start mark names everything the probes start
 
 An exec is started ahead of each batch (the spare: BOOTSTRAP waits for its input), so a burst
 finds one already connected: its process start and API round trip overlap the batch before it.
-The first one is the target's connection check (it says when it runs in the pod). A walk sends
-its bursts' execs and the one spare left at its end.
+The first one is the target's connection check (it says when it runs in the pod); a second is
+started with it, as a walk's first burst goes as two batches at once. A walk sends its bursts'
+execs and the spare left at its end.
 
 A probe keeps its own timeout, counted from the end of the probe before it. One that runs past
 BATCH_PATIENCE_S hands the probes after it back to the caller (who sends them as a new exec)
@@ -65,6 +66,10 @@ BATCH_PATIENCE_S = 0.25
 STOP_GRACE_S = 3.0
 #: seconds a kill exec may take
 KILL_TIMEOUT_S = 15.0
+#: how long closing waits for the batches just sent to say their process groups
+CLOSE_WAIT_S = 3.0
+#: execs started by the connection: a walk's first burst goes as two batches at once
+FIRST_SPARES = 2
 #: the line an exec writes on stderr once it runs in the pod (BOOTSTRAP)
 READY = "__RBK_READY"
 #: how long kubectl may take to end after the batch's last probe
@@ -112,22 +117,28 @@ class PodExec:
         self.description = description
         self._running = Running()
         self._lock = threading.Lock()
+        #: notified as a batch's exec says its process group, or ends without saying it
+        self._said_group = threading.Condition(self._lock)
+        #: batches whose script was sent and whose process group is not known yet
+        self._unknown = 0
         #: process groups in the pod of the batches in flight
         self._groups: set[int] = set()
         #: execs started, kill and stop requests included (benchmarks/kube_exec.py reads it)
         self.exec_count = 0
-        #: an exec started ahead of the next batch, waiting in BOOTSTRAP for its script (a
-        #: batch then costs no process start nor API round trip of its own), and what was
-        #: read of its stderr up to its ready line
-        self._spare: subprocess.Popen[bytes] | None = None
+        #: execs started ahead of the next batches, waiting in BOOTSTRAP for their script (a
+        #: batch then costs no process start nor API round trip of its own)
+        self._spares: list[subprocess.Popen[bytes]] = []
         self._closed = False
 
     def connect(self, timeout: float) -> str | None:
-        """Start the first exec and wait until it runs in the pod (its ready line); None, or
-        why it does not (kubectl's last words)."""
+        """Start the first execs (FIRST_SPARES: a walk's first burst goes as two batches at
+        once) and wait until one runs in the pod (its ready line); None, or why it does not
+        (kubectl's last words)."""
         proc = self._start(BOOTSTRAP, True)
         if isinstance(proc, str):
             return proc
+        more = [p for p in (self._start(BOOTSTRAP, True) for _ in range(FIRST_SPARES - 1))
+                if not isinstance(p, str)]  # fmt: skip
         said = bytearray()
         deadline = time.monotonic() + timeout
         assert proc.stderr is not None
@@ -135,20 +146,18 @@ class PodExec:
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stderr, selectors.EVENT_READ)
             while needle not in said:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._drop(proc)
-                    return f"no answer within {timeout:g}s"
-                if not selector.select(left):
-                    continue
-                chunk = os.read(proc.stderr.fileno(), 65536)
+                ready = selector.select(max(0.0, deadline - time.monotonic()))
+                chunk = os.read(proc.stderr.fileno(), 65536) if ready else b""
                 if not chunk:
-                    self._drop(proc)
+                    for started in (proc, *more):
+                        self._drop(started)
+                    if not ready:
+                        return f"no answer within {timeout:g}s"
                     lines = decode(said).strip().splitlines()
                     return lines[-1] if lines else f"kubectl exited {proc.returncode}"
                 said += chunk
         with self._lock:
-            self._spare = proc
+            self._spares = [proc, *more]
         return None
 
     def _drop(self, proc: subprocess.Popen[bytes]) -> None:
@@ -164,23 +173,23 @@ class PodExec:
         self._running.discard(proc)
 
     def _take(self) -> subprocess.Popen[bytes] | str:
-        """An exec for a batch: the spare when it still runs, else a new one; a new spare is
-        started for the batch after (its process start and API round trip overlap this
-        batch)."""
+        """An exec for a batch: a spare that still runs, else a new one; when none is left, a
+        new spare is started for the batch after (its process start and API round trip
+        overlap this batch)."""
         with self._lock:
-            spare, self._spare = self._spare, None
+            spares, self._spares = self._spares, []
             closed = self._closed
-        if spare is not None and spare.poll() is not None:
-            self._drop(spare)
-            spare = None
-        proc = spare if spare is not None else self._start(BOOTSTRAP, True)
-        if not closed:
+        live = [p for p in spares if p.poll() is None]
+        for gone in spares:
+            if gone not in live:
+                self._drop(gone)
+        proc = live.pop(0) if live else self._start(BOOTSTRAP, True)
+        if not live and not closed:
             nxt = self._start(BOOTSTRAP, True)
             if not isinstance(nxt, str):
-                with self._lock:
-                    old, self._spare = self._spare, nxt
-                if old is not None:
-                    self._drop(old)
+                live.append(nxt)
+        with self._lock:
+            self._spares.extend(live)
         return proc
 
     # ---- one exec
@@ -268,6 +277,8 @@ class PodExec:
             proc.stdin.write(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
         with contextlib.suppress(BrokenPipeError):
             proc.stdin.close()
+        with self._lock:
+            self._unknown += 1
         reader = _ExecReader(self, proc, mine, deliver, batch.mark_for(secret), begin)
         try:
             reader.read(start, limit, spill)
@@ -283,19 +294,28 @@ class PodExec:
         """Stop every exec in flight: their process groups in the pod first (a second exec
         each, at once), then the kubectl processes here."""
         with self._lock:
+            # a batch just sent says its process group within a round trip: wait for it, or
+            # its script would run on after kubectl here is stopped
+            self._said_group.wait_for(lambda: self._unknown == 0, timeout=CLOSE_WAIT_S)
             groups = sorted(self._groups)
-            spare, self._spare = self._spare, None
+            spares, self._spares = self._spares, []
             self._closed = True
-        if spare is not None:
+        for spare in spares:
             self._drop(spare)
         if groups:
             command = "; ".join(kill_group_command(g) for g in groups)
             self._quiet(command, f"stop process groups {groups}")
         self._running.stop_all()
 
-    def _group(self, pgid: int, running: bool) -> None:
+    def _group(self, pgid: int | None, running: bool) -> None:
+        """A batch's process group is known (`running`), or the batch is over; None: it ended
+        without saying its group."""
         with self._lock:
-            (self._groups.add if running else self._groups.discard)(pgid)
+            if pgid is not None:
+                (self._groups.add if running else self._groups.discard)(pgid)
+            if running or pgid is None:
+                self._unknown -= 1
+                self._said_group.notify_all()
 
 
 class _ExecReader:
@@ -489,5 +509,4 @@ class _ExecReader:
         self.proc.wait()
         _reaper.finished(self.proc.pid)
         self.pod._running.discard(self.proc)
-        if self._pgid is not None:
-            self.pod._group(self._pgid, False)
+        self.pod._group(self._pgid, False)
