@@ -5,7 +5,8 @@ Both outputs: the text report (``Job summary``, ``Communicators``, then ``Errors
 ``Warnings`` sections: ``INCOMPLETE`` / ``Missing communicator data from 1 job process`` /
 ``Process 3487984 on node 172.16.64.213 managing GPU 5``, ``DEAD``, ``#0-0 (cf264af53edbe986)
 INCOMPLETE`` / ``The missing rank: 21``, ``MISMATCH`` / ``26 ranks have launched up to
-operation 6650`` / ``Rank 0 -- GPU 0 managed by process 483072 on node 172.16.64.210``) and the
+operation 6650`` / ``Rank 0 -- GPU 0 managed by process 483072 on node 172.16.64.210``, the
+listed ranks being the group of the count line above them, behind or ahead) and the
 JSON one of 2.28.7+ (``ncclras -f json``: communicators with ``ranks`` and ``missing_ranks``).
 Samples: NCCL's user guide, troubleshooting/ras. No client (exit 127) or no NCCL process
 listening on the node is "not available", never a finding. Pure.
@@ -57,6 +58,7 @@ def parse_text(text: str, source: str = FILE) -> dict[str, Any]:
         "dead_processes": [],
         "unresponsive_processes": [],
         "behind": [],
+        "ahead": [],
         "problems": [],
     }
     section: str | None = None
@@ -91,13 +93,13 @@ def parse_text(text: str, source: str = FILE) -> dict[str, Any]:
                 "node": m.group("node"),
                 **(comm or {}),
             }
-            if m.group("op") and section == "MISMATCH":
-                record["launched"] = int(m.group("op"))
-                facts["behind"].append(record)
-            elif section == "MISMATCH" and counts and len(counts) > 1:
-                # the listed ranks are the outlier group: the one with the fewest launched
-                record["launched"] = min(c["op"] for c in counts)
-                facts["behind"].append(record)
+            if section == "MISMATCH" and (m.group("op") or len(counts) > 1):
+                # a listed rank belongs to the count line printed just above it (RAS lists the
+                # smaller group, which may be ahead of the others as well as behind them)
+                launched = int(m.group("op")) if m.group("op") else counts[-1]["op"]
+                record["launched"] = launched
+                top = max([c["op"] for c in counts] + [launched])
+                facts["behind" if launched < top else "ahead"].append(record)
         elif m := _PROCESS.search(line):
             record = {
                 **where,

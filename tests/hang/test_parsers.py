@@ -256,6 +256,13 @@ def test_ncclras_dead_processes_and_the_ranks_behind() -> None:
     assert {b["launched"] for b in behind} == {6649}
 
 
+def test_ncclras_lists_the_smaller_group_which_may_be_ahead_not_behind() -> None:
+    facts = ras("ncclras-2.26-mismatch-nccl-1911.txt")
+    assert facts["nccl_version"] == "2.26.2"
+    assert facts["behind"] == []
+    assert [(a["rank"], a["launched"]) for a in facts["ahead"]] == [(12, 641), (13, 641)]
+
+
 def test_ncclras_json_missing_ranks() -> None:
     facts = ras("ncclras-2.29-json.txt")
     assert facts["format"] == "json" and facts["missing_ranks"][0]["rank"] == 1
