@@ -332,11 +332,15 @@ def user_catalog_path() -> str | None:
     return _user_path
 
 
+def merged(user: tuple[Signature, ...]) -> Catalog:
+    """A catalog of `user`'s entries, then the shipped ones."""
+    return _compiled(user + shipped().signatures) if user else shipped()
+
+
 @once
 def catalog() -> Catalog:
     """The catalog in use: the user's entries (use_user_catalog), then the shipped ones."""
-    base = shipped()
-    return _compiled(_user + base.signatures) if _user else base
+    return merged(_user)
 
 
 def role_rank(role: str | None) -> int:

@@ -82,9 +82,9 @@ def matches(catalog_file: str, bundle_path: str) -> list[dict[str, Any]]:
     from runbook.bundle import Bundle
 
     user = signatures.load_user(catalog_file)
-    merged = signatures._compiled(user + signatures.shipped().signatures)
+    merged = signatures.merged(user)
     compiled = dict(merged.compiled[: len(user)])
-    out = [
+    out: list[dict[str, Any]] = [
         {"id": s.id, "class": s.cls, "role": s.role, "cause": s.cause, "count": 0, "lines": []}
         for s in user
     ]
