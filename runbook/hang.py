@@ -18,8 +18,9 @@ sequence number):
 
 Without dumps the watchdog lines decide (a desync report's lagging ranks, a DETAIL fingerprint
 mismatch, two ranks timing out in the same number with another op or size, ranks that logged
-no timeout while the others did), and without either the stacks (ranks in a collective and
-ranks not in one). The node's parser (`hang`) and the job merge (`runbook.job.hang`) both call
+no timeout while the others did), without either the stacks (ranks in a collective and ranks
+not in one), and last NCCL RAS (ranks missing from a communicator, or behind its count).
+The node's parser (`hang`) and the job merge (`runbook.job.hang`) both call
 `analyse`: one node sees its own ranks, the job all of them.
 """
 
@@ -608,11 +609,41 @@ def _from_stacks(views: Mapping[int, RankView], now: Any) -> dict[str, Any] | No
     return None
 
 
+def _from_ras(ras: Mapping[str, Any]) -> dict[str, Any] | None:
+    """NCCL RAS alone: ranks it found missing (unresponsive, dead) or behind the others'
+    operation count. One query cannot tell a stuck count from a slow one: medium."""
+    if not ras.get("available"):
+        return None
+    missing = ras.get("missing_ranks") or []
+    behind = ras.get("behind") or []
+    records = missing or behind
+    ranks = sorted({int(r["rank"]) for r in records if isinstance(r.get("rank"), int)})
+    if not ranks:
+        return None
+    what = (
+        "missing from the communicator (their process does not answer NCCL RAS)"
+        if missing
+        else f"behind the others' operation count (launched up to {behind[0].get('launched')})"
+    )
+    return {
+        "basis": "ncclras",
+        "cause": "rank-stalled",
+        "statement": f"NCCL RAS: {_ranks_text(ranks)} {what}",
+        "stalled_ranks": [
+            {"rank": r.get("rank"), "node": r.get("node"), "since": None, "stack": []}
+            for r in records
+        ],
+        "evidence": records[:5],
+        "confidence": "medium",
+    }
+
+
 def analyse(
     views: Mapping[int, RankView],
     watchdog: Mapping[str, Any] | None = None,
     *,
     now: Any = None,
+    ras: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The hang's cause from every rank's view (see the module docstring): a mapping with
     `cause` (one of CAUSES, or None), `statement`, `evidence` (the earliest of the culprit's
@@ -621,6 +652,7 @@ def analyse(
         _from_flight_recorder(views, now)
         or _from_watchdog(views, watchdog or {}, now)
         or _from_stacks(views, now)
+        or _from_ras(ras or {})
     )
     if result is None:
         return {"cause": None, "basis": None, "statement": "", "evidence": []}

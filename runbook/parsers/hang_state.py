@@ -64,7 +64,7 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         view = views.get(process["rank"])
         if view is not None and view.pid is None:
             view.pid = process["pid"]
-    result = hang.analyse(views, dog, now=_now(context))
+    result = hang.analyse(views, dog, now=_now(context), ras=ras)
     collected = bool(fr["collected"] or spy["collected"] or dog.get("timeouts") or processes)
     return {
         "collected": collected,

@@ -358,3 +358,14 @@ def test_a_rank_that_logged_but_never_timed_out_is_the_stalled_candidate() -> No
     facts = watchdog.watchdog_facts(files(app__train_log=log), CONTEXT)
     result = hang.analyse({}, facts, now="2026-03-21T02:07:10")
     assert result["cause"] == "rank-stalled" and [s["rank"] for s in result["stalled_ranks"]] == [5]
+
+
+def test_ncclras_alone_names_the_missing_rank_at_medium_confidence() -> None:
+    result = hang.analyse({}, {}, ras=ras("ncclras-2.24-incomplete.txt"))
+    assert result["cause"] == "rank-stalled" and result["confidence"] == "medium"
+    assert [s["rank"] for s in result["stalled_ranks"]] == [21]
+    assert result["statement"].startswith("NCCL RAS: rank 21 missing from the communicator")
+
+
+def test_ncclras_ranks_ahead_name_no_one() -> None:
+    assert hang.analyse({}, {}, ras=ras("ncclras-2.26-mismatch-nccl-1911.txt"))["cause"] is None
