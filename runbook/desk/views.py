@@ -183,15 +183,20 @@ def _target(p: QueuedProposal) -> dict[str, Any] | None:
 
 def _audit(reader: Desk, app: DeskApp, pid: str | None) -> tuple[list[dict[str, Any]], Any]:
     """The proposal's audit entries (all entries when `pid` is None), and the chain's
-    verification (recomputed only when the chain grew)."""
+    verification: both read again only when the chain's head moved (the store's anchor), so
+    a page does not re-read the whole trail while nothing was decided."""
     anchor = reader.store.audit_head()
     key = (anchor.seq, anchor.hash) if anchor else None
-    cached = app.audit_cache.get("verification")
+    cached = app.audit_cache.get("trail")
     if cached is None or cached[0] != key:
-        cached = (key, reader.audit.verify(anchor=anchor))
-        app.audit_cache["verification"] = cached
-    entries = [e for e in reader.audit.entries() if pid is None or e.get("proposal") == pid]
-    return entries, cached[1]
+        entries = list(reader.audit.entries())
+        by_proposal: dict[str, list[dict[str, Any]]] = {}
+        for entry in entries:
+            by_proposal.setdefault(str(entry.get("proposal")), []).append(entry)
+        cached = (key, reader.audit.verify(anchor=anchor), entries, by_proposal)
+        app.audit_cache["trail"] = cached
+    _, verification, everything, grouped = cached
+    return (list(everything) if pid is None else list(grouped.get(pid, []))), verification
 
 
 def _latest_diff(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
