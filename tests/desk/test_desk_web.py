@@ -244,3 +244,32 @@ def test_the_desk_serves_a_queue_shared_in_postgresql(desk_factory: Any, pg_url:
     assert denied.state == "denied" and denied.reason == "freeze"
     assert denied.decided_by is not None and denied.decided_by.endswith(" as alice@example.org")
     assert "audit chain intact" in audit and "denied" in audit
+
+
+def test_the_queue_has_tabs_filters_and_pages_from_the_database(desk_factory: Any) -> None:
+    allow = [{"users": ["alice@example.org"], "kinds": ["*"]}]
+    server = desk_factory({"trusted_header": {"proxies": ["127.0.0.1/32"]}, "allow": allow,
+                           "page_size": 20})  # fmt: skip
+    for n in range(45):
+        enqueue(server.db, node=f"gpu-node-{n % 3}", n=n)
+    stale = [enqueue(server.db, node="gpu-node-9", n=100 + n, ttl=0.01) for n in range(2)]
+    drain = enqueue(server.db, kind="node-drain", node="gpu-node-5", n=200)
+    time.sleep(0.05)
+    with server.client(headers={"X-Forwarded-Email": "alice@example.org"}) as client:
+        first = client.get("/queue").text
+        assert "46 pending proposals · page 1 of 3" in first
+        assert first.count('class="item ') == 20 and 'rel="next"' in first
+        last = client.get("/queue?page=3").text
+        assert last.count('class="item ') == 6 and 'rel="prev"' in last and 'rel="next"' not in last
+        assert re.search(r"proposed \d+ s ago · expires in (59|60) min", first), first[-3000:]
+        expired = client.get("/queue?tab=expired").text
+        assert "2 expired proposals" in expired and all(p in expired for p in stale)
+        assert re.search(r"expired \d+ s ago", expired)
+        by_node = client.get("/queue?node=gpu-node-1").text
+        assert "15 pending proposals" in by_node
+        by_kind = client.get("/queue?kind=node-drain").text
+        assert "1 pending proposal" in by_kind and drain in by_kind
+        token = csrf_of(first)
+        client.post(f"/p/{drain}/deny", data={"reason": "no", "csrf": token})
+        decided = client.get("/queue?tab=decided").text
+        assert "1 decided proposal" in decided and drain in decided and "denied by" in decided
