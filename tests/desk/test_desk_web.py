@@ -261,7 +261,7 @@ def test_the_queue_has_tabs_filters_and_pages_from_the_database(desk_factory: An
         assert first.count('class="item ') == 20 and 'rel="next"' in first
         last = client.get("/queue?page=3").text
         assert last.count('class="item ') == 6 and 'rel="prev"' in last and 'rel="next"' not in last
-        assert re.search(r"proposed \d+ s ago · expires in (59|60) min", first), first[-3000:]
+        assert re.search(r"proposed \d+ s ago ·\s+expires in (59|60) min", first), first[-3000:]
         expired = client.get("/queue?tab=expired").text
         assert "2 expired proposals" in expired and all(p in expired for p in stale)
         assert re.search(r"expired \d+ s ago", expired)
