@@ -148,15 +148,18 @@ class Tally:
     def locate(self, data: bytes | bytearray, lo: int, hi: int) -> list[int]:
         """Count the matching lines of data[lo:hi] (whole lines) per key and find each key's
         first and last line; the starts of those lines, in order (their numbers are wanted)."""
-        pending: dict[bytes, list[int]] = {}
+        # the first and last match of each key are kept whole: their offsets are read once
+        found: dict[bytes, list[Any]] = {}
+        get = found.get
         for match in self.pattern.finditer(data, lo, hi):
-            at = match.start()
-            seen = pending.get(match.group(1))
+            key = match[1]
+            seen = get(key)
             if seen is None:
-                pending[match.group(1)] = [1, at, at]
+                found[key] = [1, match, match]
             else:
                 seen[0] += 1
-                seen[2] = at
+                seen[2] = match
+        pending = {key: [n, first.start(), last.start()] for key, (n, first, last) in found.items()}
         self._pending = pending
         self._spans = {}
         for _count, first, last in pending.values():
