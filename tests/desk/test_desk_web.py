@@ -273,3 +273,30 @@ def test_the_queue_has_tabs_filters_and_pages_from_the_database(desk_factory: An
         client.post(f"/p/{drain}/deny", data={"reason": "no", "csrf": token})
         decided = client.get("/queue?tab=decided").text
         assert "1 decided proposal" in decided and drain in decided and "denied by" in decided
+
+
+def test_a_callback_whose_state_is_not_this_browsers_sign_in_is_refused(
+    desk_factory: Any, oidc_provider: str
+) -> None:
+    server = desk_factory(oidc_desk(oidc_provider))
+    with server.client() as client:
+        client.get("/login/start")
+        forged = client.get("/login/callback", params={"code": "stolen", "state": "forged"})
+        assert forged.status_code == 400 and "sign-in failed" in forged.text
+        assert client.get("/queue").status_code == 303
+    with server.client() as stranger:  # no sign-in started in this browser
+        assert (
+            stranger.get("/login/callback", params={"code": "c", "state": "s"}).status_code == 400
+        )
+
+
+def test_the_proxys_groups_header_is_what_the_allow_rules_match(desk_factory: Any) -> None:
+    server = desk_factory({"trusted_header": {"proxies": ["127.0.0.1/32"]},
+                           "allow": [{"groups": ["gpu-oncall"], "kinds": ["*"]}]})  # fmt: skip
+    member = {"X-Forwarded-Email": "a@example.org", "X-Forwarded-Groups": "staff, gpu-oncall"}
+    with server.client(headers=member) as client:
+        assert client.get("/queue").status_code == 200
+    outsider = {"X-Forwarded-Email": "b@example.org", "X-Forwarded-Groups": "staff"}
+    with server.client(headers=outsider) as client:
+        refused = client.get("/queue")
+        assert refused.status_code == 403 and "not allowed on this desk" in refused.text
