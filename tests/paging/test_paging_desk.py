@@ -1,0 +1,94 @@
+"""Pages and the web desk: the link every notice carries opens the proposal's page on the desk
+itself, and a denial posted on the desk resolves the page at once without waiting on the
+receivers. The desk is its own ASGI application (runbook.desk.app.build) called in this
+process through httpx, signed in by the trusted-proxy header from 127.0.0.1; the store is real
+SQLite; PagerDuty and Slack are local receivers checking their documented shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from runbook import config as config_mod
+from runbook.desk import app as desk_app
+from runbook.desk import settings as desk_settings
+from runbook.oncall import publish
+from runbook.remedies.store import Store
+from tests.paging import receivers as rx
+
+BASE = "http://127.0.0.1:8080"
+DESK = {
+    "base_url": BASE,
+    "trusted_header": {"proxies": ["127.0.0.1/32"]},
+    "allow": [{"groups": ["gpu-oncall"], "kinds": ["*"]}],
+}
+HEADERS = {"X-Forwarded-Email": "alice@example.org", "X-Forwarded-Groups": "gpu-oncall"}
+
+
+def enqueue(db: Path) -> str:
+    with Store(str(db)) as store:
+        stored, _ = store.enqueue(
+            key="gpu-node-07:shm-size-limit", kind="shm-size-limit", remedy="shm-size-limit",
+            summary="raise /dev/shm", params={}, evidence={"confidence": "high"}, source="sweep",
+            ttl=86400, node="gpu-node-07", root_cause="shm-exhausted",
+        )  # fmt: skip
+    return stored.id
+
+
+async def deny_on_the_desk(app: Any, pid: str, link: str) -> tuple[int, int, float]:
+    """GET the notice's link on the desk, then deny from that page: (page status, deny
+    status, seconds the denial took)."""
+    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+    async with httpx.AsyncClient(transport=transport, base_url=BASE, headers=HEADERS) as client:
+        page = await client.get(urlsplit(link).path)
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token, page.text[:500]
+        started = time.monotonic()
+        denied = await client.post(f"/p/{pid}/deny",
+                                   data={"csrf": token.group(1), "reason": "freeze"})  # fmt: skip
+        return page.status_code, denied.status_code, time.monotonic() - started
+
+
+def test_a_notices_link_opens_the_proposal_on_the_desk_and_a_denial_there_resolves_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with rx.receiver("pagerduty") as pagerduty, rx.receiver("slack") as slack:
+        db = tmp_path / "approvals.db"
+        path = tmp_path / "config.yaml"
+        path.write_text(json.dumps({
+            "approvals": {"db": str(db)},
+            "desk": DESK,
+            "notify": {"pagerduty": {"url": pagerduty.url}, "slack": {"webhook_url": slack.url},
+                       "timeout": "1s"},
+        }))  # fmt: skip
+        monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
+        config = config_mod.load(path)
+        pid = enqueue(db)
+        with Store(str(db)) as store:
+            assert publish(config, store).notices_sent == 2
+        (trigger,) = pagerduty.accepted
+        link = trigger["links"][0]["href"]
+        assert link == f"{BASE}/p/{pid}"
+
+        slack.mode = "hang"  # Slack holds each request 30 s: the denial does not wait on it
+        app = desk_app.build(config, desk_settings.load(DESK, source=str(path), base_url=None,
+                                                        insecure_http=True))  # fmt: skip
+        page, denied, took = asyncio.run(deny_on_the_desk(app, pid, link))
+        assert (page, denied) == (200, 303)
+        assert took < 1.0, took
+        for thread in threading.enumerate():
+            if thread.name == f"runbook-resolve-{pid}":
+                thread.join(15)
+        assert [p for p in pagerduty.problems if p] == []
+        resolve = pagerduty.accepted[-1]
+        assert resolve["event_action"] == "resolve"
+        assert resolve["dedup_key"] == trigger["dedup_key"]
