@@ -7,5 +7,7 @@ auth         OpenID Connect (Authlib) and the trusted proxy header
 app          the Starlette app: security headers, sign-in routes, POST checks
 views        the pages: queue, proposal, audit; approve, deny, check mode, verify
 runs         approvals and checks in worker threads, their output for the page
-two_person_gate   the two-person rule before an approval runs
+
+The two-person rule is the approval store's (runbook.remedies.two_person), applied inside
+Desk.approve with the signed-in person as the approver.
 """

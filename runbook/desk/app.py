@@ -10,7 +10,6 @@ token, and is refused when the browser says it came from another origin.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -361,5 +360,4 @@ def build(config: Config, settings: DeskSettings) -> Starlette:
     app = Starlette(routes=routes)
     app.state.desk = state
     app.add_middleware(Security, desk_app=state)
-    app.state.started = time.time()
     return app
