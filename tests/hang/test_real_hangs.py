@@ -19,6 +19,7 @@ Every rank process is killed at the end of its test (tests/hang/realjob.py).
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,11 @@ def test_a_rank_sleeping_before_the_collective_is_named_stalled_with_its_stack(
 ) -> None:
     with hanging_job(tmp_path / "job", world=3, mode="sleep", bad_rank=1) as job:
         job.wait_for_dumps()
+        # a file in the dump directory that is not the ranks' own (another user's): the job's
+        # environment names the directory, so it must not lead the probe to that file
+        planted = job.dir / "fr" / "nccl_trace_rank_7"
+        planted.write_text('{"secret": "not the job\'s"}')
+        os.chown(planted, 65534, 65534)
         verdict = diagnose(job, tmp_path)
         assert job.alive() == [0, 1, 2], job.logs()
     text = finding(verdict)
@@ -92,6 +98,9 @@ def test_a_rank_sleeping_before_the_collective_is_named_stalled_with_its_stack(
     assert verdict["first_anomaly"]["source"] == "fr/nccl_trace_rank_1.b64"
     facts = stage(verdict, "collective-state")["facts"]["hang"]
     assert facts["pyspy"]["ranks"] == [0, 1, 2]
+    assert facts["fr"]["ranks"] == [0, 1, 2], "another user's file was read as a dump"
+    bundle = tmp_path / "run" / "bundle" / "fr"
+    assert not list(bundle.glob("nccl_trace_rank_7*"))
     # no drain on a stalled rank: nothing on the node is at fault
     assert not [p for p in verdict["proposals"] if p["kind"] == "node-drain"]
 
