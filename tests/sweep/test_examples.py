@@ -111,16 +111,22 @@ def test_the_kubernetes_cronjob_runs_one_shard_per_pod_then_merges(tmp_path: Pat
     pods = job["completions"]
     assert job["parallelism"] == pods
     (container,) = job["template"]["spec"]["containers"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["SHARDS"] == str(pods)
+    # every shard queues into one shared approval queue; its password only from the Secret
+    shared = env["RUNBOOK_DB"]
+    assert shared.startswith("postgresql://") and ":" not in shared.split("@")[0][13:]
+    (password,) = [e for e in container["env"] if e["name"] == "PGPASSWORD"]
+    assert "secretKeyRef" in password["valueFrom"]
     for index in range(pods):
         argv = _script_command(
             container["args"][0],
-            {"k": str(index + 1), "SHARDS": env["SHARDS"], "day": "2026-01-01"},
-        )
+            {"k": str(index + 1), "SHARDS": env["SHARDS"], "day": "2026-01-01",
+             "RUNBOOK_DB": shared},
+        )  # fmt: skip
         ctx = parses(argv)
         assert ctx.params["shard"] == f"{index + 1}/{pods}"
-        assert ctx.params["kube_selector"] and ctx.params["db"].endswith(f"shard-{index + 1}.db")
+        assert ctx.params["kube_selector"] and ctx.params["db"] == shared
     assert "k=$((JOB_COMPLETION_INDEX + 1))" in container["args"][0]
     (merge,) = cronjobs["runbook-sweep-merge"]["spec"]["jobTemplate"]["spec"]["template"]["spec"][
         "containers"
