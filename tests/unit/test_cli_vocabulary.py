@@ -16,7 +16,7 @@ from runbook.redacted_output import RedactingStream
 
 #: commands whose output is not a report: the demo is an interactive walk, graph renders a
 #: graph (dot or mermaid)
-NOT_REPORTS = {"runbook demo", "runbook graph"}
+NOT_REPORTS = {"runbook demo", "runbook graph", "runbook desk serve"}  # desk serve: a server
 
 
 def _commands() -> Iterator[tuple[str, click.Command]]:
