@@ -117,3 +117,29 @@ def test_another_cause_that_came_first_is_kept_over_the_hang() -> None:
 def test_a_job_no_node_read_a_rank_of_is_left_as_it_was() -> None:
     verdict = job_verdict()
     assert job_hang.apply(verdict, [node("gpu-node-01", [])]) == verdict
+
+
+def test_a_node_without_any_evidence_of_a_job_is_inconclusive_never_healthy(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from runbook.cli.app import cli
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "bundle.yaml").write_text(
+        "format: 1\nnode: gpu-node-09\ncollected_at: '2026-12-06T01:00:00Z'\n"
+    )
+    (bundle / "dmesg.txt").write_text("[Sat Dec  6 00:00:01 2026] Linux version 6.1.0\n")
+    result = CliRunner().invoke(
+        cli, ["analyze", str(bundle), "--runbook", "nccl-hang", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(result.stdout)
+    assert verdict["root_cause"] == "inconclusive"
+    assert (
+        "no rank process, flight recorder dump or watchdog line" in verdict["chain"][0]["finding"]
+    )
