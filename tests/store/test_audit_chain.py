@@ -19,8 +19,8 @@ from runbook.remedies.store import Store
 WRITERS, EACH = 6, 15
 
 
-def _writer(place: Location, audit: Path, name: str, barrier: Any, done: Any) -> None:
-    with Store(place) as store:
+def _writer(store_place: Location, audit: Path, name: str, barrier: Any, done: Any) -> None:
+    with Store(store_place) as store:
         trail = store.audit_log(audit)
         barrier.wait(60)
         for i in range(EACH):
@@ -29,11 +29,11 @@ def _writer(place: Location, audit: Path, name: str, barrier: Any, done: Any) ->
     done.put(name)
 
 
-def _write_at_once(place: Location, audit: Path) -> None:
+def _write_at_once(store_place: Location, audit: Path) -> None:
     ctx = multiprocessing.get_context("fork")
     barrier, done = ctx.Barrier(WRITERS), ctx.Queue()
     procs = [
-        ctx.Process(target=_writer, args=(place, audit, f"w{n}", barrier, done))
+        ctx.Process(target=_writer, args=(store_place, audit, f"w{n}", barrier, done))
         for n in range(WRITERS)
     ]
     for proc in procs:
@@ -49,11 +49,11 @@ def _write_at_once(place: Location, audit: Path) -> None:
 
 
 def test_writers_on_separate_connections_appending_at_once_leave_one_chain(
-    place: Location, tmp_path: Path
+    store_place: Location, tmp_path: Path
 ) -> None:
     audit = tmp_path / "audit.jsonl"
-    _write_at_once(place, audit)
-    with Store(place, readonly=True) as store:
+    _write_at_once(store_place, audit)
+    with Store(store_place, readonly=True) as store:
         trail = store.audit_log(audit)
         entries = list(trail.entries())
         head = store.audit_head()

@@ -26,9 +26,9 @@ def _enqueue(store: Store, key: str = "node-1:memory-limit-abc", **kw: Any):  # 
 
 
 def test_a_proposal_queued_twice_is_refreshed_not_duplicated_on_either_database(
-    place: Location,
+    store_place: Location,
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         first, new = _enqueue(store, requested_by="alice")
         again, new_again = _enqueue(store, requested_by="bob")
         other, other_new = _enqueue(store, key="node-2:memory-limit-abc")
@@ -42,9 +42,9 @@ def test_a_proposal_queued_twice_is_refreshed_not_duplicated_on_either_database(
 
 
 def test_a_claim_wins_once_and_a_finished_proposal_is_never_claimed_again(
-    place: Location,
+    store_place: Location,
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         p, _ = _enqueue(store)
         claimed = store.claim(p.id, actor="alice")
         assert claimed.state == "running" and claimed.decided_by == "alice"
@@ -59,9 +59,9 @@ def test_a_claim_wins_once_and_a_finished_proposal_is_never_claimed_again(
 
 
 def _claimer(
-    place: Location, pid: str, name: str, barrier: Any, results: Any, release: Any
+    store_place: Location, pid: str, name: str, barrier: Any, results: Any, release: Any
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         barrier.wait(60)
         try:
             store.claim(pid, actor=name)
@@ -72,14 +72,16 @@ def _claimer(
 
 
 def test_eight_processes_claiming_at_once_exactly_one_wins_on_either_database(
-    place: Location,
+    store_place: Location,
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         p, _ = _enqueue(store)
     ctx = multiprocessing.get_context("fork")
     barrier, results, release = ctx.Barrier(8), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_claimer, args=(place, p.id, f"user{i}", barrier, results, release))
+        ctx.Process(
+            target=_claimer, args=(store_place, p.id, f"user{i}", barrier, results, release)
+        )
         for i in range(8)
     ]
     for proc in procs:
@@ -93,27 +95,29 @@ def test_eight_processes_claiming_at_once_exactly_one_wins_on_either_database(
     winners = [name for name, what in outcomes if what == "won"]
     assert len(winners) == 1, outcomes
     assert all(f"approved by {winners[0]}" in what for name, what in outcomes if what != "won")
-    with Store(place) as store:
+    with Store(store_place) as store:
         assert store.get(p.id).decided_by == winners[0]
 
 
-def _approver(place: Location, pid: str, name: str, barrier: Any, results: Any) -> None:
-    with Store(place) as store:
+def _approver(store_place: Location, pid: str, name: str, barrier: Any, results: Any) -> None:
+    with Store(store_place) as store:
         barrier.wait(60)
         results.put((name, store.add_approval(pid, name)))
 
 
 def test_approvals_recorded_at_once_by_several_processes_are_each_counted_once(
-    place: Location,
+    store_place: Location,
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         p, _ = _enqueue(store, requested_by="carol")
         assert store.add_approval(p.id, "carol") == ["carol"]
         assert store.add_approval(p.id, "carol") == ["carol"]  # one person counts once
     ctx = multiprocessing.get_context("fork")
     barrier, results = ctx.Barrier(4), ctx.Queue()
     names = ["alice", "bob", "alice", "dave"]
-    procs = [ctx.Process(target=_approver, args=(place, p.id, n, barrier, results)) for n in names]
+    procs = [
+        ctx.Process(target=_approver, args=(store_place, p.id, n, barrier, results)) for n in names
+    ]
     for proc in procs:
         proc.start()
     outcomes = [results.get(timeout=60) for _ in procs]
@@ -121,7 +125,7 @@ def test_approvals_recorded_at_once_by_several_processes_are_each_counted_once(
         proc.join(30)
     for name, seen in outcomes:
         assert name in seen and len(seen) == len(set(seen)), outcomes
-    with Store(place) as store:
+    with Store(store_place) as store:
         final = store.get(p.id)
         assert final.approvals[0] == "carol"
         assert sorted(final.approvals) == ["alice", "bob", "carol", "dave"]
@@ -131,9 +135,9 @@ def test_approvals_recorded_at_once_by_several_processes_are_each_counted_once(
 
 
 def test_a_page_of_the_queue_is_filtered_and_counted_in_sql_on_either_database(
-    place: Location,
+    store_place: Location,
 ) -> None:
-    with Store(place) as store:
+    with Store(store_place) as store:
         made = []
         for i in range(30):
             p, _ = _enqueue(
@@ -166,8 +170,8 @@ def test_a_page_of_the_queue_is_filtered_and_counted_in_sql_on_either_database(
         assert oldest[0].id == made[0].id
 
 
-def test_an_expired_proposal_pages_as_expired_not_pending(place: Location) -> None:
-    with Store(place) as store:
+def test_an_expired_proposal_pages_as_expired_not_pending(store_place: Location) -> None:
+    with Store(store_place) as store:
         old, _ = _enqueue(store, key="n:old", ttl=0.05)
         live, _ = _enqueue(store, key="n:live")
         time.sleep(0.1)
@@ -176,8 +180,8 @@ def test_an_expired_proposal_pages_as_expired_not_pending(place: Location) -> No
         assert store.count(("pending", "expired")) == 2
 
 
-def test_a_notice_is_claimed_once_and_released_when_undelivered(place: Location) -> None:
-    with Store(place) as store:
+def test_a_notice_is_claimed_once_and_released_when_undelivered(store_place: Location) -> None:
+    with Store(store_place) as store:
         p, _ = _enqueue(store)
         assert store.claim_notice(p.id, "queued")
         assert not store.claim_notice(p.id, "queued")

@@ -1,5 +1,6 @@
-"""The approval store (real SQLite files) and the hash-chained audit log (real files, real
-concurrent processes)."""
+"""The approval store (real SQLite files, and where cheap the same tests on the private
+PostgreSQL server of tests/pg: the `store_place` fixture) and the hash-chained audit log (real
+files, real concurrent processes)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def _enqueue(store: Store, key: str = "node-1:memory-limit-abc", ttl: float = 36
     )
 
 
-def test_enqueue_refreshes_the_pending_proposal_instead_of_queueing_it_twice(tmp_path):
-    with Store(tmp_path / "a.db") as store:
+def test_enqueue_refreshes_the_pending_proposal_instead_of_queueing_it_twice(store_place):
+    with Store(store_place) as store:
         first, new = _enqueue(store)
         again, new_again = _enqueue(store)
         other, other_new = _enqueue(store, key="node-2:memory-limit-abc")
@@ -54,8 +55,8 @@ def test_store_is_owner_only(tmp_path):
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
 
 
-def test_claim_then_finish_and_never_again(tmp_path):
-    with Store(tmp_path / "a.db") as store:
+def test_claim_then_finish_and_never_again(store_place):
+    with Store(store_place) as store:
         p, _ = _enqueue(store)
         claimed = store.claim(p.id, actor="alice")
         assert claimed.state == "running" and claimed.decided_by == "alice"
@@ -71,8 +72,8 @@ def test_claim_then_finish_and_never_again(tmp_path):
             store.get("pnope")
 
 
-def _race(db: str, pid: str, name: str, barrier, results, release) -> None:
-    with Store(Path(db)) as store:
+def _race(db, pid: str, name: str, barrier, results, release) -> None:
+    with Store(db) as store:
         barrier.wait()
         try:
             store.claim(pid, actor=name)
@@ -84,14 +85,14 @@ def _race(db: str, pid: str, name: str, barrier, results, release) -> None:
             results.put((name, str(exc)))
 
 
-def test_two_processes_claiming_at_once_one_wins(tmp_path):
-    db = tmp_path / "a.db"
+def test_two_processes_claiming_at_once_one_wins(store_place):
+    db = store_place
     with Store(db) as store:
         p, _ = _enqueue(store)
     ctx = multiprocessing.get_context("fork")
     barrier, results, release = ctx.Barrier(6), ctx.Queue(), ctx.Event()
     procs = [
-        ctx.Process(target=_race, args=(str(db), p.id, f"user{i}", barrier, results, release))
+        ctx.Process(target=_race, args=(db, p.id, f"user{i}", barrier, results, release))
         for i in range(6)
     ]
     for proc in procs:
@@ -182,8 +183,10 @@ def test_config_defaults_and_errors(tmp_path, monkeypatch):
     assert cfg.audit_log == tmp_path / "state" / "audit.jsonl"
     assert cfg.ttl == 86400.0 and cfg.approvers == ()
     path = tmp_path / "config.yaml"
-    path.write_text("approvals: {ttl: 15m, db: /x/a.db}\napprovers: [alice]\n"
-                    "drain: {max_cordoned: 2, max_fraction: 0.25}\n")
+    path.write_text(
+        "approvals: {ttl: 15m, db: /x/a.db}\napprovers: [alice]\n"
+        "drain: {max_cordoned: 2, max_fraction: 0.25}\n"
+    )
     cfg = load(path)
     assert (cfg.ttl, str(cfg.db), cfg.approvers) == (900.0, "/x/a.db", ("alice",))
     assert cfg.drain.max_cordoned == 2 and cfg.drain.max_fraction == 0.25
@@ -214,8 +217,8 @@ def test_a_database_error_reading_or_writing_is_a_store_error(tmp_path):
         assert not store.backend._db.in_transaction  # the failed write was rolled back
 
 
-def test_expiry_is_visible(tmp_path):
-    with Store(tmp_path / "a.db") as store:
+def test_expiry_is_visible(store_place):
+    with Store(store_place) as store:
         p, _ = _enqueue(store, ttl=0.05)
         time.sleep(0.1)
         assert store.get(p.id).expired
