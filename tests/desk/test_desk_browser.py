@@ -234,7 +234,12 @@ def test_approving_the_shm_patch_runs_it_and_shows_its_output_and_result(
     page = signed_in(browser, incident, "bob")
     page.goto(f"{incident.server.url}/p/{incident.shm}")
     page.click("#approve")
+    # the run's output while it runs (the re-check over SSH and two Ansible runs take seconds)
+    assert "running" in page.locator("#run h2").inner_text()
+    assert f"approving {incident.shm}" in page.locator("#output").inner_text()
+    assert page.locator("meta[http-equiv=refresh]").count() == 1
     assert "succeeded" in wait_for_run(page)
+    assert page.locator("meta[http-equiv=refresh]").count() == 0
     output = page.locator("#output").inner_text()
     assert f"approving {incident.shm}" in output and "re-checking the node first" in output
     assert f"{incident.shm} succeeded" in output, output
