@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
+from click.testing import CliRunner
+
 from runbook import hang
+from runbook.cli.app import cli
 from runbook.job import hang as job_hang
 from runbook.parsers import flight_recorder, pyspy
 from runbook.sweep.results import HostResult, HostStatus
@@ -122,12 +126,6 @@ def test_a_job_no_node_read_a_rank_of_is_left_as_it_was() -> None:
 def test_a_node_without_any_evidence_of_a_job_is_inconclusive_never_healthy(
     tmp_path: Path,
 ) -> None:
-    import json
-
-    from click.testing import CliRunner
-
-    from runbook.cli.app import cli
-
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     (bundle / "bundle.yaml").write_text(
