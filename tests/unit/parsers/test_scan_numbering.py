@@ -5,8 +5,11 @@ searching a block again for each device a corrected-AER storm names."""
 
 from __future__ import annotations
 
+import io
 import re
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -137,8 +140,8 @@ def test_a_storm_naming_many_devices_is_numbered_in_one_pass_over_each_block(
     text = "\n".join(lines) + "\n"
     block = _Counted(text.encode())
 
-    def blocks(_result: CommandResult) -> Iterator[bytes]:
-        yield block
+    def blocks(_result: CommandResult, _finder: object) -> Iterator[scan.Block]:
+        yield block, len(block), None
 
     monkeypatch.setattr(scan, "_blocks", blocks)
     _Counted.read = 0
@@ -148,3 +151,43 @@ def test_a_storm_naming_many_devices_is_numbered_in_one_pass_over_each_block(
     assert len(tally.found) == 300
     assert {k: (t.count, t.first, t.last) for k, t in tally.found.items()} == naive_tally(text)
     assert _Counted.read <= 4 * len(block), f"{_Counted.read / len(block):.0f} reads per byte"
+
+
+def _read_ahead_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "scan-read-ahead"]
+
+
+def test_a_scan_stopped_early_leaves_no_read_ahead_thread_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "dmesg.txt"
+    path.write_text("".join(f"line {n} KEY\n" for n in range(2000)))
+    monkeypatch.setattr(scan, "BLOCK_BYTES", 64)
+    lines = iter(scan.candidates(CommandResult("x", "", source_path=str(path)), KEYWORDS))
+    assert next(lines) == (1, "line 0 KEY")
+    assert _read_ahead_threads()
+    lines.close()  # type: ignore[attr-defined]
+    assert not _read_ahead_threads()
+
+
+def test_a_read_error_in_the_read_ahead_reaches_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "dmesg.txt"
+    path.write_text("".join(f"line {n} KEY\n" for n in range(2000)))
+    monkeypatch.setattr(scan, "BLOCK_BYTES", 64)
+
+    class Failing(io.FileIO):
+        reads = 0
+
+        def readinto(self, buffer):  # type: ignore[no-untyped-def,override]
+            Failing.reads += 1
+            if Failing.reads == 3:
+                raise OSError(5, "Input/output error")
+            return super().readinto(buffer)
+
+    result = CommandResult("x", "", source_path=str(path))
+    monkeypatch.setattr(CommandResult, "open_source", lambda self: Failing(str(path)))
+    with pytest.raises(OSError, match="Input/output error"):
+        list(scan.candidates(result, KEYWORDS))
+    assert not _read_ahead_threads()
