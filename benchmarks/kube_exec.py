@@ -74,6 +74,7 @@ def main() -> int:
         shims.install(host, shims.load_profile("healthy-8gpu"))
         api = KubeApi(Path(tmp) / "kubeconfig")
         try:
+            api.server_version.update(minor="32", gitVersion="v1.32.4")  # kubectl 1.32 runs
             api.attach_node(NODE, host, net)
             for name in ("default", "kube-system"):
                 if api.state.get("namespaces", name) is None:

@@ -26,9 +26,11 @@ Endpoints:
   ``pods/NAME/eviction`` (POST, policy/v1 Eviction, PDBs evaluated as eviction.go does);
   ``?dryRun=All`` on writes.
 - ``pods/NAME/exec`` and ``pods/NAME/attach`` over WebSocket (``v5.channel.k8s.io`` or
-  ``v4.channel.k8s.io``, tests/k8s/streams.py): the command runs on the SSH test host attached
-  as the pod's node (:meth:`ApiServerDouble.attach_node`); a pod created on an attached node
-  moves from Pending to Running after ``start_delay`` seconds, as its kubelet would report it.
+  ``v4.channel.k8s.io``, tests/k8s/streams.py), ``pods/NAME/exec`` over SPDY/3.1 (kubectl's
+  fallback, ``v4.channel.k8s.io``, tests/k8s/spdy.py): the command runs on the SSH test host
+  attached as the pod's node (:meth:`ApiServerDouble.attach_node`); a pod created on an
+  attached node moves from Pending to Running after ``start_delay`` seconds, as its kubelet
+  would report it.
 - A bearer token is required (the one written into the kubeconfig): 401 Unauthorized without.
 
 Every request is recorded with the RBAC attributes a real server authorizes it by
@@ -36,8 +38,8 @@ Every request is recorded with the RBAC attributes a real server authorizes it b
 :attr:`RecordedRequest.api_group`),
 so a test can check that what a client did is allowed by a shipped Role.
 
-Not served (answered with a Status): the SPDY/3.1 upgrade of exec/attach (400, as a server
-without it: kubectl reports it), watch (405), deletecollection (405), server-side apply
+Not served (answered with a Status): attach over SPDY/3.1 (exec is served, spdy.py),
+watch (405), deletecollection (405), server-side apply
 (``application/apply-patch+yaml``: 415), protobuf (406 unless JSON is also acceptable),
 ``limit``/``continue`` paging (the whole list comes back in one page).
 """
@@ -58,7 +60,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s import resources, streams
+from tests.k8s import resources, spdy, streams
 from tests.k8s.resources import BY_PATH, Resource
 from tests.k8s.selectors import SelectorSyntaxError
 from tests.k8s.store import ApiError, ClusterState, bad_request
@@ -223,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         if (self.headers.get("Upgrade") or "").upper().startswith("SPDY/"):
-            self._no_spdy()
+            self._spdy()
             return
         self._handle("POST")
 
@@ -279,18 +281,50 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.close_connection = True
 
-    def _no_spdy(self) -> None:
-        """A SPDY/3.1 upgrade: refused as by a server that does not offer it."""
-        err = ApiError(400, "BadRequest", "unable to upgrade connection: SPDY/3.1 is not offered")
-        self._record_stream("POST", err.code, err.status(), "spdy")
-        self._answer_status(err)
+    def _spdy(self) -> None:
+        """exec over SPDY/3.1 (tests/k8s/spdy.py), as kubectl sends it when WebSockets are off
+        or were refused."""
+        double = self.server.double
+        offered = [
+            p.strip()
+            for value in self.headers.get_all("X-Stream-Protocol-Version") or []
+            for p in value.split(",")
+        ]
+        try:
+            route, query = self._stream_route()
+            if route.subresource != "exec":
+                raise ApiError(400, "BadRequest", "this double serves attach over WebSocket only")
+            if spdy.PROTOCOL not in offered:
+                raise ApiError(403, "Forbidden", f"unable to upgrade: no common protocol in "
+                               f"{offered}")  # fmt: skip
+            assert route.name is not None and route.namespace is not None
+            pod = double.state.read(route.resource, route.namespace, route.name)
+            node = double.node_of(pod, (query.get("container") or [""])[0])
+        except ApiError as err:
+            self._record_stream("POST", err.code, err.status(), "spdy")
+            self._answer_status(err)
+            return
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Upgrade", "SPDY/3.1")
+        self.send_header("X-Stream-Protocol-Version", spdy.PROTOCOL)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        self._record_stream("POST", 101, None, "spdy")
+        argv = query.get("command") or []
+        double.exec_started(route.namespace, route.name, argv)
+        stdin = (query.get("stdin") or ["false"])[0] in ("true", "1")
+        conn = spdy.SpdyConnection(self.rfile, self.connection)
+        spdy.serve_exec(conn, argv, node, stdin=stdin)
 
     def _websocket(self) -> None:
         """exec/attach over WebSocket (tests/k8s/streams.py)."""
         double = self.server.double
         try:
             route, query = self._stream_route()
-            protocol = streams.choose_protocol(self.headers.get("Sec-WebSocket-Protocol") or "")
+            offered = self.headers.get("Sec-WebSocket-Protocol") or ""
+            protocol = streams.choose_protocol(offered, double.websocket_protocols)
             if protocol is None:
                 raise ApiError(400, "BadRequest", "unable to upgrade connection: no channel "
                                "protocol offered that this server speaks")  # fmt: skip
@@ -314,9 +348,7 @@ class _Handler(BaseHTTPRequestHandler):
         ws = streams.WebSocket(self.rfile, self.connection)
         name, namespace = route.name, route.namespace
         if route.subresource == "attach":
-            streams.serve_attach(
-                ws, lambda: double.state.get("pods", name, namespace) is None
-            )
+            streams.serve_attach(ws, lambda: double.state.get("pods", name, namespace) is None)
             return
         argv = query.get("command") or []
         stdin = (query.get("stdin") or ["false"])[0] in ("true", "1")
@@ -415,7 +447,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "only the following media types are accepted: application/json, application/yaml",
             )
         if path == "/version":
-            return 200, dict(resources.SERVER_VERSION)
+            return 200, dict(self.server.double.server_version)
         if path.startswith("/openapi/"):
             raise _NotFoundPage(path)
         route = _route(path)
@@ -529,6 +561,12 @@ class ApiServerDouble:
     def __init__(self, seed: list[Path] | None = None, *, start_delay: float = 0.3) -> None:
         #: the test hosts standing for nodes (attach_node), by node name
         self.nodes: dict[str, streams.Node] = {}
+        #: what /version answers (the machine's kubectl is a dispatcher that runs the kubectl
+        #: of the server's minor version)
+        self.server_version: dict[str, str] = dict(resources.SERVER_VERSION)
+        #: the WebSocket channel protocols served (a v1.29 server: v4 only, and kubectl 1.32,
+        #: which offers v5 alone, falls back to SPDY)
+        self.websocket_protocols: tuple[str, ...] = streams.PROTOCOLS
         #: seconds a pod created on an attached node stays Pending
         self.start_delay = start_delay
         #: images whose pull fails (their pods stay Pending, ErrImagePull)

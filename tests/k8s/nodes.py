@@ -136,6 +136,8 @@ def kube_cluster(
     k8s_api: KubeApi, ssh_host: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[KubeCluster]:
     host = ssh_host(NODE)
+    # a v1.32 cluster: the machine's kubectl dispatcher then runs kubectl 1.32
+    k8s_api.server_version.update(minor="32", gitVersion="v1.32.4")
     k8s_api.attach_node(NODE, host, host.network)
     for namespace in ("default", "kube-system"):  # every cluster has them
         if k8s_api.state.get("namespaces", namespace) is None:

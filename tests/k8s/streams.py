@@ -20,8 +20,7 @@ either, without a TTY): whatever the client wants stopped it must stop itself.
 
 The SPDY/3.1 upgrade (``POST`` with ``Upgrade: SPDY/3.1``) that kubectl uses when told
 ``KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false``, or falls back to when a WebSocket upgrade fails, is
-answered as a server that does not offer it: ``400 Bad Request`` with a Status, which kubectl
-reports as an upgrade failure (see apiserver.py).
+tests/k8s/spdy.py.
 """
 
 from __future__ import annotations
@@ -57,10 +56,10 @@ def accept_key(key: str) -> str:
     return base64.b64encode(hashlib.sha1((key + _GUID).encode("ascii")).digest()).decode()
 
 
-def choose_protocol(offered: str) -> str | None:
+def choose_protocol(offered: str, served: Sequence[str] = PROTOCOLS) -> str | None:
     """The channel protocol to answer with, from the client's ``Sec-WebSocket-Protocol``."""
     names = [p.strip() for p in offered.split(",") if p.strip()]
-    return next((p for p in PROTOCOLS if p in names), None)
+    return next((p for p in served if p in names), None)
 
 
 def frame(opcode: int, payload: bytes) -> bytes:

@@ -32,20 +32,36 @@ def test_kubectl_exec_runs_the_command_on_the_node_with_its_input_streams_and_ex
     assert "err\n" in done.stderr
     assert done.returncode == 3, done.stderr
     (request,) = kube_cluster.exec_requests()
-    assert request.status == 101
+    assert request.status == 101 and request.user_agent.startswith("kubectl/v1.32.")
     assert request.verbs == ("get", "create") and request.namespace == "kube-system"
 
 
-def test_kubectl_told_to_use_spdy_gets_the_refusal_of_a_server_without_it(
+def test_kubectl_told_to_use_spdy_runs_the_command_over_spdy_3_1(
     kube_cluster: KubeCluster,
 ) -> None:
-    """API double: with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false kubectl asks for SPDY/3.1 only,
-    which the double does not offer: kubectl fails with the server's answer, nothing runs."""
+    """API double: with KUBECTL_REMOTE_COMMAND_WEBSOCKETS=false kubectl asks for SPDY/3.1 only
+    (a POST upgrade, v4.channel.k8s.io): the same input, streams and exit code."""
     done = _kubectl(
-        kube_cluster, "exec", "-n", "kube-system", kube_cluster.agent, "--", "true",
-        env={"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"},
+        kube_cluster, "exec", "-i", "-n", "kube-system", kube_cluster.agent, "--",
+        "/bin/sh", "-c", "read line; echo \"out:$line:$(hostname)\"; echo err >&2; exit 4",
+        input="spdy\n", env={"KUBECTL_REMOTE_COMMAND_WEBSOCKETS": "false"},
     )  # fmt: skip
-    assert done.returncode != 0
+    assert done.stdout == f"out:spdy:{kube_cluster.host.name}\n"
+    assert "err\n" in done.stderr and done.returncode == 4, done.stderr
+    (request,) = kube_cluster.exec_requests()
+    assert (request.method, request.status, request.verbs) == ("POST", 101, ("create",))
+
+
+def test_kubectl_falls_back_to_spdy_when_the_server_refuses_its_websocket_protocol(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double, answering as a v1.29 server (WebSocket v4.channel.k8s.io only): kubectl
+    1.32 offers v5 alone, is refused (400), and runs the command over SPDY instead."""
+    kube_cluster.api.websocket_protocols = ("v4.channel.k8s.io",)
+    done = _kubectl(
+        kube_cluster, "exec", "-n", "kube-system", kube_cluster.agent, "--", "hostname",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{kube_cluster.host.name}\n"
     requests = kube_cluster.exec_requests()
-    assert [r.method for r in requests] == ["POST"] and requests[0].status == 400
-    assert kube_cluster.api.execs == []
+    assert [(r.method, r.status) for r in requests] == [("GET", 400), ("POST", 101)]
