@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -24,7 +24,7 @@ from rich.console import Console
 
 from runbook.desk.policy import Identity, Policy
 from runbook.errors import RunbookError
-from runbook.remedies.approval import Desk, Refused
+from runbook.remedies.approval import Desk, Refused, actor_name, os_user
 
 if TYPE_CHECKING:
     from runbook.config import Config
@@ -43,6 +43,15 @@ class WebDesk(Desk):
         super().__init__(config)
         self.identity = identity
         self.policy = policy
+
+    def record(
+        self, event: str, proposal: str | None, actor: str | None, data: Mapping[str, Any]
+    ) -> None:
+        """Every entry this desk writes is on the signed-in person's behalf: one the Desk would
+        sign with the bare OS user (a preview) names them too."""
+        if actor == os_user():
+            actor = actor_name(self.identity.name)
+        super().record(event, proposal, actor, data)
 
     def _authorise(
         self, proposal: QueuedProposal, actor: str, as_user: str | None, action: str = "approve"

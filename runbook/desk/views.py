@@ -319,7 +319,7 @@ def preview(request: Request, session: Session, form: dict[str, str]) -> Respons
 
         console = run.console()
         console.print(f"check mode of {pid} (changes nothing)")
-        with Desk(app.config) as d:
+        with runs.WebDesk(app.config, who, app.settings.policy) as d:
             result = d.preview(pid, on_task=task_printer(console))
         print_diff(console, result.diff_text(), ok=result.ok)
         return "checked" if result.ok else "check failed"

@@ -224,6 +224,7 @@ def test_a_proposal_shows_its_evidence_target_and_check_mode_diff(
     diff = page.locator("#diff-text").inner_text()
     assert "sizeLimit" in diff, diff
     assert "sizeLimit" not in incident.manifest.read_text()  # check mode changed nothing
+    assert "by root as alice@example.org" in page.locator("#diff").inner_text()
     shot(page, "desk-proposal.png")
     page.context.close()
 
