@@ -748,3 +748,9 @@ def approvals_phase(
                 advice=verdict.proposals,
                 ledger=pending.ledger,
             )
+        from runbook.remedies.approval import SecondPersonNeeded
+        except SecondPersonNeeded as exc:
+            # recorded, and still pending: another person approves it (here or on the desk)
+            console.print(f"  [yellow]{escape(exc.one_line())}[/]")
+            self.decided(p.id, "waiting for a second person")
+            return
