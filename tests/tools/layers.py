@@ -51,13 +51,15 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the run directory that holds them, and the walk that fills it
     ("diagnosis", ("runbook.diagnosis", "runbook.verdict", "runbook.executor",
                    "runbook.rundir", "runbook.sweep.results")),
-    ("approvals", ("runbook.remedies", "runbook.oncall", "runbook.notify", "runbook.metrics")),
+    ("approvals", ("runbook.remedies", "runbook.oncall", "runbook.notify", "runbook.metrics",
+                   "runbook.paging")),
     ("verify", ("runbook.verify",)),
     ("render", ("runbook.render",)),
     ("session", ("runbook.session", "runbook.sweep",
                  "runbook.job", "runbook.npd")),
+    # the approval desk on the web is a front end beside the command line
     ("cli", ("runbook.cli", "runbook.report", "runbook.demo", "runbook.__main__",
-             "runbook.start")),
+             "runbook.start", "runbook.desk")),
 )
 
 #: third-party packages only some layers may use: (package, the module prefixes allowed it)
