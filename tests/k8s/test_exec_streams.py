@@ -5,7 +5,9 @@ test host standing for its node."""
 from __future__ import annotations
 
 import subprocess
+import time
 
+from tests.k8s import resources
 from tests.k8s.nodes import KubeCluster
 from tests.k8s.nodes import kube_cluster as kube_cluster
 
@@ -65,3 +67,32 @@ def test_kubectl_falls_back_to_spdy_when_the_server_refuses_its_websocket_protoc
     assert done.stdout == f"{kube_cluster.host.name}\n"
     requests = kube_cluster.exec_requests()
     assert [(r.method, r.status) for r in requests] == [("GET", 400), ("POST", 101)]
+
+
+def test_kubectl_attach_stays_attached_until_the_pod_is_deleted(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double: pods/attach over WebSocket to a container that writes nothing (the agent's
+    wait): kubectl stays attached, and ends when the pod goes away; RBAC sees get and create
+    on pods/attach."""
+    attach = subprocess.Popen(
+        ["kubectl", "attach", "-n", "kube-system", kube_cluster.agent, "-c", "agent"],
+        env=kube_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not [r for r in kube_cluster.api.requests if r.resource == "pods/attach"]:
+            assert attach.poll() is None and time.monotonic() < deadline, attach.communicate()
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert attach.poll() is None, "kubectl attach ended while the pod ran"
+        kube_cluster.api.state.delete(
+            resources.BY_KIND["Pod"], "kube-system", kube_cluster.agent, {}, False
+        )
+        attach.communicate(timeout=30)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+            attach.communicate()
+    (request,) = [r for r in kube_cluster.api.requests if r.resource == "pods/attach"]
+    assert request.status == 101 and request.verbs == ("get", "create")
