@@ -62,6 +62,14 @@ class PostgresBackend:
             options["connect_timeout"] = max(1, int(min(timeout, 10)))
         if "application_name" not in query:
             options["application_name"] = "nccl-runbook"
+        # settings given at the login cost no round trip: a statement stuck on a lock another
+        # machine holds gives up, as SQLite's does; what only reads (list, show, audit verify)
+        # cannot write by mistake
+        settings = [query.get("options", ""), f"-c lock_timeout={int(timeout * 1000)}"]
+        if readonly:
+            settings.append("-c default_transaction_read_only=on")
+        options["options"] = " ".join(filter(None, settings))
+        self.readonly = readonly
         try:
             self._db: psycopg.Connection[dict[str, Any]] = psycopg.connect(url.url, **options)
         except psycopg.OperationalError as exc:
@@ -69,12 +77,10 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise StoreError(self._message(exc)) from None
         try:
-            # a statement stuck on a lock another machine holds gives up, as SQLite's does
-            self._db.execute(f"SET lock_timeout = '{int(timeout * 1000)}ms'")
-            self.migrate()
             self.tables = self._tables()
-            if readonly:  # what only reads (list, show, audit verify) cannot write by mistake
-                self._db.execute("SET default_transaction_read_only = on")
+            if self._version(self.tables) < store_schema.LATEST:
+                self.migrate()
+                self.tables = self._tables()
         except psycopg.Error as exc:
             self._db.close()
             raise self.error(exc) from None
@@ -85,8 +91,10 @@ class PostgresBackend:
 
     # ------------------------------------------------------------------------- schema
     def version(self) -> int:
-        row = self._db.execute("SELECT to_regclass('schema_migrations') AS t").fetchone()
-        if not row or row["t"] is None:
+        return self._version(self._tables())
+
+    def _version(self, tables: set[str]) -> int:
+        if "schema_migrations" not in tables:
             return 0
         got = self._db.execute("SELECT MAX(version) AS v FROM schema_migrations").fetchone()
         return int((got or {}).get("v") or 0)
@@ -104,6 +112,8 @@ class PostgresBackend:
             current = self.version()
             if current >= to:
                 return
+            if self.readonly:  # a schema brought up to date is no write of the queue's
+                self._db.execute("SET default_transaction_read_only = off")
             with self._db.transaction():
                 self._db.execute(store_schema.versions_table("postgresql"))
                 for migration in store_schema.pending(current):
@@ -117,11 +127,13 @@ class PostgresBackend:
                     )
         finally:
             self._db.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+            if self.readonly:
+                self._db.execute("SET default_transaction_read_only = on")
 
     def _tables(self) -> set[str]:
         rows = self._db.execute(
-            "SELECT table_name AS t FROM information_schema.tables "
-            "WHERE table_schema = current_schema()"
+            "SELECT relname AS t FROM pg_catalog.pg_class "
+            "WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')"
         ).fetchall()
         return {str(r["t"]) for r in rows}
 

@@ -190,3 +190,17 @@ def test_a_notice_is_claimed_once_and_released_when_undelivered(store_place: Loc
         store.notice_sent(p.id, "queued")
         assert store.sent_notices() == {(p.id, "queued")}
         assert not store.claim_notice(p.id, "queued", stale_after=0)
+
+
+def test_a_store_opened_to_read_on_postgresql_cannot_write_but_brings_its_schema_up_to_date(
+    pg_url: str,
+) -> None:
+    from runbook.dburl import location
+    from runbook.remedies import store_schema
+    from runbook.remedies.store import StoreError
+
+    with Store(location(pg_url), readonly=True) as reader:  # an empty database: made current
+        assert reader.schema_version() == store_schema.LATEST
+        with pytest.raises(StoreError, match="read-only transaction"):
+            _enqueue(reader)
+        assert reader.count(None) == 0
