@@ -169,7 +169,10 @@ def _serve(
             access_log=False,
         )
     )
-    server.run(sockets=[sock])
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn hands SIGTERM/^C back once it has shut down
+        click.echo("desk: stopped", err=True)
 
 
 COMMANDS = [desk]

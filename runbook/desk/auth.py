@@ -26,23 +26,29 @@ log = logging.getLogger(__name__)
 def oidc_client(oidc: OIDC) -> Any:
     """The Authlib client of the provider (its metadata fetched on the first sign-in)."""
     with warnings.catch_warnings():
-        # Authlib 1.x warns at import that its httpx integration will move: not ours to fix
-        warnings.simplefilter("ignore", DeprecationWarning)
+        # Authlib 1.x warns, when its httpx client is first loaded, that the integration will
+        # move to another package: not ours to fix, and not the operator's to read. Its module
+        # of warnings puts an "always" filter first when imported: ours goes in after it
+        from authlib.deprecate import AuthlibDeprecationWarning
+
+        warnings.simplefilter("ignore", AuthlibDeprecationWarning)
         from authlib.integrations.starlette_client import OAuth
 
-    oauth = OAuth()
-    return oauth.register(
-        name="desk",
-        client_id=oidc.client_id,
-        client_secret=oidc.client_secret,
-        server_metadata_url=oidc.metadata_url,
-        client_kwargs={"scope": " ".join(oidc.scopes), "code_challenge_method": "S256"},
-    )
+        oauth = OAuth()
+        return oauth.register(
+            name="desk",
+            client_id=oidc.client_id,
+            client_secret=oidc.client_secret,
+            server_metadata_url=oidc.metadata_url,
+            client_kwargs={"scope": " ".join(oidc.scopes), "code_challenge_method": "S256"},
+        )
 
 
 def oauth_error() -> type[Exception]:
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+        from authlib.deprecate import AuthlibDeprecationWarning
+
+        warnings.simplefilter("ignore", AuthlibDeprecationWarning)
         from authlib.integrations.base_client import OAuthError
 
     error: type[Exception] = OAuthError

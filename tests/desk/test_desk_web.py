@@ -300,3 +300,15 @@ def test_the_proxys_groups_header_is_what_the_allow_rules_match(desk_factory: An
     with server.client(headers=outsider) as client:
         refused = client.get("/queue")
         assert refused.status_code == 403 and "not allowed on this desk" in refused.text
+
+
+def test_sigterm_stops_the_desk_cleanly_and_its_log_holds_no_warning(
+    desk_factory: Any, oidc_provider: str
+) -> None:
+    import signal
+
+    server = desk_factory(oidc_desk(oidc_provider))
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(20) == 0
+    log = server.log()
+    assert "desk: stopped" in log and "Warning" not in log and "Traceback" not in log, log
