@@ -10,8 +10,10 @@ WebSocket to the real kubectl, the command run on the test host as its node) wit
 node agent's pod on that node. Times, as medians over --repeat runs:
 
   * `runbook run … --target ssh://…`, `--target kubectl://node/NODE` and `--target
-    kubectl-debug://NODE` as a user runs them (a new Python process each); `--nsenter PID`
-    enters the test host's namespaces (nsenter --target 1 is refused on test machines);
+    kubectl-debug://NODE` as a user runs them (a new Python process each), and `--target
+    kubectl://kube-system/POD` with the package as of BEFORE (git archive: one exec a probe);
+    `--nsenter PID` enters the test host's namespaces (nsenter --target 1 is refused on test
+    machines);
   * one node's walk in this process over the node agent, its probes sent one exec each (a
     transport that offers no batches: what every kubectl:// walk did before) and batched;
     each with the exec requests the API saw (what a sweep sends per node).
@@ -60,6 +62,18 @@ def transport_before(namespace: str, pod: str, nsenter_pid: int) -> Any:
     return module.KubectlTransport(namespace, pod, nsenter_pid=nsenter_pid)
 
 
+def package_before(into: Path) -> Path | None:
+    """The runbook package as of BEFORE, unpacked under `into` (git archive), for the CLI
+    runs of kubectl:// as it was; None when git cannot give it."""
+    archive = subprocess.run(["git", "archive", BEFORE, "runbook"], capture_output=True,
+                             cwd=Path(__file__).parent.parent)  # fmt: skip
+    if archive.returncode != 0:
+        return None
+    into.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
 def _execs(api: KubeApi) -> int:
     return sum(1 for r in api.requests if r.resource == "pods/exec")
 
@@ -93,17 +107,30 @@ def main() -> int:
                 "kubectl://node/": ["--target", f"kubectl://node/{NODE}", "--nsenter", pid],
                 "kubectl-debug://": ["--target", f"kubectl-debug://{NODE}", "--nsenter", pid],
             }  # fmt: skip
+            old = package_before(Path(tmp) / "before")
+            if old is not None:  # as it was: the agent named by its pod, one exec a probe
+                targets["kubectl:// (before)"] = [
+                    "--target", f"kubectl://kube-system/{agent['metadata']['name']}",
+                    "--nsenter", pid,
+                ]  # fmt: skip
             cli: dict[str, list[float]] = {name: [] for name in targets}
             execs: dict[str, int] = {}
+            envs = {name: env for name in targets}
+            if old is not None:
+                envs["kubectl:// (before)"] = {**env, "PYTHONPATH": str(old)}
             for name, words in targets.items():  # one untimed run each: bytecode, kubectl cache
                 subprocess.run([*base, *words, "--run-dir", f"{tmp}/warm-{len(name)}"],
-                               check=False, capture_output=True, env=env)  # fmt: skip
+                               check=False, capture_output=True, env=envs[name],
+                               cwd=old if "before" in name else None)  # fmt: skip
             for i in range(args.repeat):
                 for name, words in targets.items():
                     before = _execs(api)
                     start = time.perf_counter()
-                    done = subprocess.run([*base, *words, "--run-dir", f"{tmp}/run-{i}-{len(name)}"],
-                                          capture_output=True, text=True, env=env)  # fmt: skip
+                    done = subprocess.run(
+                        [*base, *words, "--run-dir", f"{tmp}/run-{i}-{len(name)}"],
+                        capture_output=True, text=True, env=envs[name],
+                        cwd=old if "before" in name else None,
+                    )  # fmt: skip
                     cli[name].append(time.perf_counter() - start)
                     if done.returncode not in (0, 1):
                         raise SystemExit(f"{name}: exit {done.returncode}: {done.stderr[-500:]}")
@@ -148,7 +175,7 @@ def main() -> int:
     for name, samples in cli.items():
         ratio = statistics.median(samples) / ssh
         shown = "" if name == "ssh://" else f"  {ratio:.2f}x ssh, {execs[name]} execs"
-        print(f"  {name:<18} {median_text(samples)}{shown}")
+        print(f"  {name:<20} {median_text(samples)}{shown}")
     print(f"one node's walk over the node agent, in this process ({args.repeat} runs; one exec "
           f"a probe: the transport as of {BEFORE}):")  # fmt: skip
     for name, samples in walks.items():

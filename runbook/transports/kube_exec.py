@@ -229,7 +229,11 @@ class PodExec:
             self._running.discard(proc)
         if proc.returncode != 0:
             lines = decode(err).strip().splitlines() or [f"exit {proc.returncode}"]
-            log.warning("%s: could not %s: %s", self.description, what, lines[-1])
+            # stopped by close() (the run is over, or interrupted): nothing to say
+            quiet = self._closed and proc.returncode < 0
+            (log.debug if quiet else log.warning)(
+                "%s: could not %s: %s", self.description, what, lines[-1]
+            )
 
     def stop_group(self, pgid: int, signal_first: str = "TERM") -> None:
         """The process group `pgid` in the pod stopped, from a second exec."""
