@@ -259,6 +259,8 @@ _CORRECTED_AER = (
     r"AER: (?:Multiple )?Correct(?:ed|able) error (?:message )?received(?::| from) (?:id=)?(\S+)"
 )
 CORRECTED_AER = _CORRECTED_AER.encode()
+#: the literals a corrected report begins with (a block holding neither has none)
+CORRECTED_PROBES = (b"AER: Correct", b"AER: Multiple Correct")
 _CORRECTED = re.compile(_CORRECTED_AER, re.ASCII)  # \S as the bytes pattern reads it
 
 
@@ -277,7 +279,7 @@ def keywords() -> tuple[str, ...]:
 def candidate_lines(result: Any) -> candidates:
     """The lines of a kernel log the parser needs, numbered, with corrected AER reports
     tallied (scan.Tally) instead of handed on."""
-    return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER))
+    return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER, CORRECTED_PROBES))
 
 
 @once

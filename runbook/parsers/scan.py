@@ -44,9 +44,9 @@ MAX_LINE_BYTES = 1024 * 1024
 ENGINE = "hyperscan" if _hs is not None else "re2" if _re2 is not None else "find"
 
 
-#: a block, how many of its bytes are the file's, and the keyword offsets found in them (None:
-#: not searched yet)
-Block = tuple[bytes | bytearray, int, list[int] | None]
+#: a block, how many of its bytes are the file's, the keyword offsets found in them (None: not
+#: searched yet), and where a tally's lines may begin (_Finder.scan)
+Block = tuple[bytes | bytearray, int, list[int] | None, int | None]
 
 
 def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
@@ -58,7 +58,7 @@ def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
     two cores, a quiet kernel log's scan in about half the time)."""
     if result.source_path is None or result.stdout:
         data = result.stdout.encode("utf-8", errors="surrogatepass")
-        yield data, len(data), None
+        yield data, len(data), None, 0
         return
     free: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
     for _ in range(2):
@@ -72,7 +72,7 @@ def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
                     size = handle.readinto(memoryview(buffer))
                     if not size:
                         break
-                    ready.put((buffer, size, list(finder.offsets(buffer, 0, size))))
+                    ready.put((buffer, size, *finder.scan(buffer, 0, size)))
             ready.put(None)
         except BaseException as exc:  # handed to the reader below, raised there
             ready.put(exc)
@@ -97,10 +97,15 @@ def _decode(line: bytes | bytearray) -> str:
 
 
 class _Finder:
-    """Offsets in a block where any keyword occurs (at least one per matching line)."""
+    """Offsets in a block where any keyword occurs (at least one per matching line); with
+    Hyperscan, in the same pass, where the first of some `probes` occurs (a tally's literals:
+    a block without them needs no tally search)."""
 
-    def __init__(self, keys: tuple[bytes, ...], engine: str | None = None) -> None:
+    def __init__(
+        self, keys: tuple[bytes, ...], engine: str | None = None, probes: tuple[bytes, ...] = ()
+    ) -> None:
         self.keys = keys
+        self.probes = probes
         alternation = b"|".join(re.escape(k) for k in keys)
         self.pattern = None
         self.database = None
@@ -109,27 +114,38 @@ class _Finder:
             # compiled per scan (~1 ms): a database's scratch space must not be shared
             # between the threads of a sweep
             self.database = _hs.Database()
+            # a probe is reported once, at its first match (HS_FLAG_SINGLEMATCH)
             self.database.compile(
-                expressions=[re.escape(k) for k in keys],
-                ids=list(range(len(keys))),
-                elements=len(keys),
-                flags=[0] * len(keys),
+                expressions=[re.escape(k) for k in (*keys, *probes)],
+                ids=list(range(len(keys) + len(probes))),
+                elements=len(keys) + len(probes),
+                flags=[0] * len(keys) + [_hs.HS_FLAG_SINGLEMATCH] * len(probes),
             )
         elif engine in ("hyperscan", "re2") and _re2 is not None and keys:
             options = _re2.Options()
             options.never_capture = True  # we only need where; ~15% faster
             self.pattern = _re2.compile(alternation, options)
 
+    def scan(self, block: bytes | bytearray, lo: int, hi: int) -> tuple[list[int], int | None]:
+        """(the keywords' offsets in block[lo:hi], the offset of the first probe's last byte
+        there: None when no probe occurs, `lo` when that is not known)."""
+        if self.database is None:
+            return list(self.offsets(block, lo, hi)), lo
+        ends: list[int] = []
+        probed: list[int] = []
+        keys = len(self.keys)
+
+        def found(ident: int, _start: int, end: int, _flags: int, _ctx: object) -> None:
+            (ends if ident < keys else probed).append(lo + end - 1)
+
+        self.database.scan(memoryview(block)[lo:hi], match_event_handler=found)
+        if not self.probes:
+            return ends, lo
+        return ends, min(probed, default=None)
+
     def offsets(self, block: bytes | bytearray, lo: int, hi: int) -> Iterator[int]:
         if self.database is not None:
-            ends: list[int] = []
-            self.database.scan(
-                memoryview(block)[lo:hi],  # any buffer is scanned
-                match_event_handler=lambda _id, _start, end, _flags, _ctx: ends.append(
-                    lo + end - 1
-                ),
-            )
-            yield from ends
+            yield from self.scan(block, lo, hi)[0]
             return
         if self.pattern is not None:
             for match in self.pattern.finditer(block, lo, hi):
@@ -169,8 +185,11 @@ class Tally:
     along the log. The lines' numbers are counted by the scanner in its one pass over the
     block (`locate` names the line starts, `commit` takes their numbers)."""
 
-    def __init__(self, pattern: bytes) -> None:
+    def __init__(self, pattern: bytes, probes: tuple[bytes, ...] = ()) -> None:
         self.pattern = re.compile(pattern)
+        #: literals one of which every match of `pattern` holds (it begins with one): a block
+        #: the keyword search found none of them in is not searched again for the tally
+        self.probes = probes
         self.found: dict[str, Tallied] = {}
         #: the block being scanned: key -> [count, first match's offset, last match's offset]
         self._pending: dict[bytes, list[int]] = {}
@@ -240,6 +259,7 @@ class candidates:
         self.tally = tally
         keys = tuple(dict.fromkeys([*keywords, *(after or {})]))
         self._keys = tuple(k.encode() for k in keys)
+        self._probes = tally.probes if tally is not None else ()
         self._finder = _Finder(self._keys, ENGINE)
         self._after = {k.encode(): n for k, n in (after or {}).items()}
         self._base = 1  # number of the first line of the next block
@@ -257,8 +277,8 @@ class candidates:
         # the read-ahead thread searches with a finder of its own (a Hyperscan database's
         # scratch space serves one thread at a time)
         streamed = self.result.source_path is not None and not self.result.stdout
-        ahead = _Finder(self._keys, ENGINE) if streamed else self._finder
-        for block, size, offsets in _blocks(self.result, ahead):
+        ahead = _Finder(self._keys, ENGINE, self._probes) if streamed else self._finder
+        for block, size, offsets, tally_from in _blocks(self.result, ahead):
             head = block.find(b"\n", 0, size) + 1
             if head == 0:  # no line ends in this block: a line longer than a line can be
                 carry += block[: min(size, max(0, MAX_LINE_BYTES - len(carry)))]  # its head
@@ -267,14 +287,19 @@ class candidates:
             yield from self._scan(first_line, 0, len(first_line))
             cut = block.rfind(b"\n", 0, size) + 1
             if cut > head:
-                yield from self._scan(block, head, cut, offsets)
+                yield from self._scan(block, head, cut, offsets, tally_from)
             carry = bytearray(block[cut:size])
         if carry:
             yield from self._scan(carry + b"\n", 0, len(carry) + 1)
         self.total = self._base - 1
 
     def _scan(
-        self, data: bytes | bytearray, lo: int, hi: int, offsets: list[int] | None = None
+        self,
+        data: bytes | bytearray,
+        lo: int,
+        hi: int,
+        offsets: list[int] | None = None,
+        tally_from: int | None = 0,
     ) -> Iterator[tuple[int, str]]:
         """The whole lines of data[lo:hi] (hi just after a newline). Lines are numbered by one
         walk over the block that counts each newline once: from one wanted line (a candidate,
@@ -290,7 +315,11 @@ class candidates:
             else (i for i in offsets if lo <= i < hi)
         )
         starts = {data.rfind(b"\n", lo, i) + 1 or lo for i in found}
-        marks = set(self.tally.locate(data, lo, hi)) if self.tally is not None else set()
+        marks: set[int] = set()
+        if self.tally is not None:
+            # a tally's lines begin at the line of its first probe, if the block holds one
+            begin = None if tally_from is None else data.rfind(b"\n", lo, tally_from) + 1 or lo
+            marks = set(self.tally.locate(data, hi if begin is None else max(lo, begin), hi))
         numbers: dict[int, int] = {}  # a tallied line's start -> its number
         position, number = lo, self._base
         for start in sorted(starts | marks):

@@ -67,6 +67,7 @@ def naive_tally(text: str) -> dict[str, tuple[int, tuple[int, str], tuple[int, s
     final_newline=st.booleans(),
     block=st.integers(1, 97),
     engine=st.sampled_from(["hyperscan", "re2", "find"]),
+    probes=st.booleans(),
 )
 def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
     tmp_path_factory: pytest.TempPathFactory,
@@ -74,6 +75,7 @@ def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
     final_newline: bool,
     block: int,
     engine: str,
+    probes: bool,
 ) -> None:
     text = "\n".join(lines) + ("\n" if final_newline and lines else "")
     path = tmp_path_factory.mktemp("numbering") / "log.txt"
@@ -86,7 +88,7 @@ def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
             CommandResult("x", "", stdout=text),
             CommandResult("x", "", source_path=str(path)),
         ):
-            tally = scan.Tally(dmesg.CORRECTED_AER)
+            tally = scan.Tally(dmesg.CORRECTED_AER, dmesg.CORRECTED_PROBES if probes else ())
             picked = scan.candidates(result, KEYWORDS, WINDOWS, tally=tally)
             assert list(picked) == naive_candidates(text)
             assert picked.total == len(naive_lines(text))
@@ -141,7 +143,7 @@ def test_a_storm_naming_many_devices_is_numbered_in_one_pass_over_each_block(
     block = _Counted(text.encode())
 
     def blocks(_result: CommandResult, _finder: object) -> Iterator[scan.Block]:
-        yield block, len(block), None
+        yield block, len(block), None, 0
 
     monkeypatch.setattr(scan, "_blocks", blocks)
     _Counted.read = 0
@@ -191,3 +193,33 @@ def test_a_read_error_in_the_read_ahead_reaches_the_caller(
     with pytest.raises(OSError, match="Input/output error"):
         list(scan.candidates(result, KEYWORDS))
     assert not _read_ahead_threads()
+
+
+def test_the_tally_searches_only_from_the_first_report_of_a_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keyword search (Hyperscan) notes where the first corrected report of a block is:
+    the blocks before it are not searched again for the tally, and in its block the search
+    starts at its line."""
+    quiet = "".join(f"[ {n}.0] audit: type=1400 chatter\n" for n in range(4000))
+    report = "[ 9.0] pcieport 0000:00:01.0: AER: Corrected error received: 0000:3b:00.0\n"
+    path = tmp_path / "dmesg.txt"
+    path.write_text(quiet + report + quiet[:3000])
+    monkeypatch.setattr(scan, "BLOCK_BYTES", 4096)
+    monkeypatch.setattr(scan, "ENGINE", "hyperscan")
+    tally = scan.Tally(dmesg.CORRECTED_AER, dmesg.CORRECTED_PROBES)
+    searched: list[int] = []
+    pattern = tally.pattern
+
+    class Spy:
+        def finditer(self, data, lo, hi):  # type: ignore[no-untyped-def]
+            searched.append(hi - lo)
+            return pattern.finditer(data, lo, hi)
+
+    tally.pattern = Spy()  # type: ignore[assignment]
+    picked = scan.candidates(CommandResult("x", "", source_path=str(path)), KEYWORDS, tally=tally)
+    assert list(picked) == []
+    assert {k: (t.count, t.first[0]) for k, t in tally.found.items()} == {"0000:3b:00.0": (1, 4001)}
+    # every block's first line is searched whole (it may join the last block's end); past
+    # that, only the report's block, from the report's line on
+    assert sum(searched) < 3 * 4096, searched
