@@ -1,6 +1,9 @@
 """`nvidia-smi` in its several shapes: `-L`, the `--query-gpu` CSV, `-q` (ECC, retired pages,
-remapped rows, recovery action), `topo -m`, `topo -p2p r|w` and `nvlink --status`; and the
-exit codes that mean the driver is not loaded (9) or a GPU fell off the bus (15).
+remapped rows, recovery action), `topo -m`, `topo -p2p r|w` and `nvlink --status`; the exit
+codes that mean the driver is not loaded (9) or a GPU fell off the bus (15); and, in any of its
+outputs (plain `nvidia-smi` included), NVML's word that it cannot reach a GPU
+("Unable to determine the device handle for GPU…: Unknown Error | GPU is lost…"), which is
+often the only word of a lost GPU when no exit code or kernel log was kept.
 
 `-q` is parsed as an indentation tree, so the ECC layout of every generation works: Volta's
 `Single Bit`/`Double Bit` blocks with `Total`, Ampere+'s `SRAM/DRAM Uncorrectable`; the
@@ -14,11 +17,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from runbook.parsers._common import Evidence, clip, is_collected, iter_lines, to_jsonable
+from runbook.parsers._common import (
+    Evidence,
+    clip,
+    evidence_lines,
+    is_collected,
+    iter_lines,
+    to_jsonable,
+)
 from runbook.parsers.registry import Files, register
 
-#: the probes' files: `-L`, `--query-gpu` CSV, `-q` (every detail of each GPU), `topo -m`,
-#: `topo -p2p r` and `w`, `nvlink --status`
+#: the probes' files: plain `nvidia-smi` (its table), `-L`, `--query-gpu` CSV, `-q` (every
+#: detail of each GPU), `topo -m`, `topo -p2p r` and `w`, `nvlink --status`
+F_PLAIN = "nvidia-smi.txt"
 F_LIST = "nvidia-smi-L.txt"
 F_QUERY = "nvidia-smi-query.csv"
 F_DETAILS = "nvidia-smi-q.txt"
@@ -26,7 +37,7 @@ F_TOPOLOGY = "nvidia-smi-topo-m.txt"
 F_P2P_READ = "nvidia-smi-topo-p2p-r.txt"
 F_P2P_WRITE = "nvidia-smi-topo-p2p-w.txt"
 F_NVLINK = "nvidia-smi-nvlink.txt"
-FILES = (F_LIST, F_QUERY, F_DETAILS, F_TOPOLOGY, F_P2P_READ, F_P2P_WRITE, F_NVLINK)
+FILES = (F_PLAIN, F_LIST, F_QUERY, F_DETAILS, F_TOPOLOGY, F_P2P_READ, F_P2P_WRITE, F_NVLINK)
 
 #: nvidia-smi's documented exit codes
 EXIT_CODES = {
@@ -150,6 +161,75 @@ class NvLinkFacts:
     links: tuple[NvLink, ...]
     active_links: int
     present: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class UnreachableGpu(Evidence):
+    """A GPU NVML could not open: its bus id (lower case, as lspci and the kernel print it),
+    NVML's reason, and whether that reason means the GPU is lost until a reset or reboot."""
+
+    bus_id: str
+    reason: str
+    lost: bool
+
+
+# --- a GPU NVML cannot reach -------------------------------------------------------------------
+
+#: "Unable to determine the device handle for GPU0000:A1:00.0: Unknown Error", and the older
+#: "… for GPU 0000:02:00.0: GPU is lost. …" and newer "… for GPU0: 0000:01:00.0: …" shapes
+_NO_HANDLE = re.compile(
+    r"Unable to determine the device handle for gpu\s*(?:\d+:\s+)?"
+    r"(?P<bus>(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])\s*:\s*(?P<reason>.*?)\s*$",
+    re.IGNORECASE,
+)
+#: NVML's reasons that mean the GPU is gone until a reset or a reboot: NVML_ERROR_GPU_IS_LOST,
+#: NVML_ERROR_UNKNOWN (what a GPU that fell off the bus returns on most drivers) and
+#: NVML_ERROR_RESET_REQUIRED; others (Insufficient Permissions, Not Found, …) say nothing of
+#: the GPU's health
+_LOST_REASON = re.compile(r"GPU is lost|Unknown Error|requires reset", re.IGNORECASE)
+_NO_DEVICES = re.compile(r"^\s*No devices were found\s*$", re.IGNORECASE)
+
+
+def parse_unreachable(lines: Iterable[str], *, source: str = F_PLAIN) -> tuple[UnreachableGpu, ...]:
+    """Each GPU an nvidia-smi output says NVML could not get a handle for, with its line."""
+    found = []
+    for n, line in enumerate(lines, 1):
+        m = _NO_HANDLE.search(line) if "device handle" in line else None
+        if m:
+            reason = m["reason"]
+            found.append(
+                UnreachableGpu(
+                    source=source, line=n, time=None, text=clip(line), bus_id=m["bus"].lower(),
+                    reason=reason, lost=bool(_LOST_REASON.search(reason)),
+                )
+            )  # fmt: skip
+    return tuple(found)
+
+
+def _outputs(files: Files) -> Iterable[tuple[str, str]]:
+    """(source, text) of every collected nvidia-smi probe's stdout and stderr (`NAME.err`),
+    whatever its exit: a probe that failed on a lost GPU says which GPU in its output."""
+    for name in sorted(files):
+        result = files[name]
+        if name.startswith("nvidia-smi") and is_collected(result):
+            yield name, result.stdout or ""
+            yield f"{name}.err", result.stderr or ""
+
+
+def _unreachable_facts(files: Files) -> dict[str, Any]:
+    """The GPUs NVML could not reach (any probe, plain nvidia-smi included) and the lines that
+    say nvidia-smi found no device at all."""
+    unreachable: list[UnreachableGpu] = []
+    no_devices: list[dict[str, Any]] = []
+    for source, text in _outputs(files):
+        if "device handle" in text:
+            unreachable.extend(parse_unreachable(iter_lines(text), source=source))
+        if "No devices" in text:
+            no_devices += evidence_lines(text, source, _NO_DEVICES.search, limit=5)
+    return {
+        "unreachable": [to_jsonable(u) for u in unreachable[:16]],
+        "no_devices": no_devices,
+    }
 
 
 # --- -L -----------------------------------------------------------------------------------------
@@ -349,9 +429,7 @@ def _q_ecc_errors(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evi
         gpu.anomalies.append(ev)
 
 
-def _q_retired_pages(
-    gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence
-) -> None:
+def _q_retired_pages(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
     """`Retired Pages`: single and double bit ECC pages, and pending."""
     label = " ".join([*path[1:], key])
     if label.startswith("Single Bit ECC"):
@@ -375,9 +453,7 @@ _REMAPPED_ROWS = {
 }
 
 
-def _q_remapped_rows(
-    gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence
-) -> None:
+def _q_remapped_rows(gpu: _GpuBlock, path: list[str], key: str, value: str, ev: Evidence) -> None:
     """`Remapped Rows`: the row counts, and a pending remap or a failed one."""
     entry = _REMAPPED_ROWS.get(key)
     if len(path) != 1 or entry is None:
@@ -586,7 +662,9 @@ def _exit_facts(files: Files) -> dict[str, Any]:
         # the tool, and so most likely the driver, is not installed
         "not_installed": not listed_any
         and any(
-            name.startswith("nvidia-smi") and result is not None and result.collected
+            name.startswith("nvidia-smi")
+            and result is not None
+            and result.collected
             and result.exited == 127
             for name, result in files.items()
         ),
@@ -649,9 +727,21 @@ def _p2p_facts(files: Files) -> dict[str, Any]:
     return out
 
 
-@register("nvidia_smi", "nvidia-smi -L/query/-q/topo/p2p/nvlink: GPUs, ECC, remaps, P2P, links")
+@register(
+    "nvidia_smi",
+    "nvidia-smi, -L/query/-q/topo/p2p/nvlink: GPUs, lost GPUs, ECC, remaps, P2P, links",
+)
 def nvidia_smi_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     out = _exit_facts(files)
+    out.update(_unreachable_facts(files))
+    lost = [u for u in out["unreachable"] if u["lost"]]
+    # a GPU is lost: nvidia-smi exited 15, or NVML said so of a GPU in any probe's output;
+    # lost_evidence holds both (the .rc line, the lines naming the GPU)
+    out["lost_evidence"] = (out["exit_evidence"] if out["gpu_lost"] else []) + [
+        {k: u[k] for k in ("source", "line", "time", "text")} for u in lost
+    ]
+    out["gpu_lost"] = bool(out["gpu_lost"] or lost)
+    out["plain"] = {"collected": is_collected(files.get(F_PLAIN))}
     text = _stdout(files, F_LIST)
     listed = parse_list(iter_lines(text)) if text is not None else ()
     out["list"] = {"collected": text is not None, "gpus": to_jsonable(listed)}

@@ -14,6 +14,7 @@ and ``<key>.rc``; the outputs there are real-format captures of the shape each t
 =====================  =============================================================
 key                    command
 =====================  =============================================================
+nvidia-smi             ``nvidia-smi`` (no arguments: its table)
 nvidia-smi-L           ``nvidia-smi -L``
 nvidia-smi-query       ``nvidia-smi --query-gpu=... --format=csv,noheader``
 nvidia-smi-q           ``nvidia-smi -q``
@@ -54,6 +55,7 @@ class Output:
 
 #: the shim each key belongs to, and the argument string (`$*`) that selects it ("*" = any)
 _DISPATCH: dict[str, tuple[str, str]] = {
+    "nvidia-smi": ("nvidia-smi", ""),
     "nvidia-smi-L": ("nvidia-smi", "-L"),
     "nvidia-smi-query": ("nvidia-smi", "--query-gpu=*"),
     "nvidia-smi-q": ("nvidia-smi", "-q"),

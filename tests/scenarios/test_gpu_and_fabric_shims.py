@@ -128,6 +128,8 @@ def _faults() -> list[Fault]:
                     "fallen off the bus.",
                     "NVRM: GPU 0000:3a:00.0: GPU has fallen off the bus.",
                 ),
+                "nvidia-smi": Output("", "Unable to determine the device handle for GPU "
+                                     "0000:3A:00.0: Unknown Error\n", 15),
                 "nvidia-smi-L": Output("", "Unable to determine the device handle for GPU "
                                        "0000:3A:00.0: Unknown Error\n", 15),
                 "nvidia-smi-query": Output("", "Unable to determine the device handle for GPU "

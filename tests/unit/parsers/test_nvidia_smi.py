@@ -172,3 +172,59 @@ def test_truncated_samples_never_raise(path: str, cut: int) -> None:
     parse_q(lines)
     parse_topo(lines)
     parse_p2p(lines)
+
+
+# Plain `nvidia-smi` (no arguments) and the other probes print NVML's "Unable to determine the
+# device handle for GPU…: <reason>" for a GPU the driver can no longer reach; real samples from
+# public incidents (tests/bundles/real-gpu-hardware-*): RETURNN's hang after a corrected-AER storm
+# (rwth-i6/returnn#1486), OWOD's 4-GPU training (JosephKJ/OWOD#81), an RTX 4080 after Xid 79
+# (kargarisaac/small-lm-training), each printing one of the three shapes of the GPU's name.
+@pytest.mark.parametrize(
+    ("path", "bus_id", "reason"),
+    [
+        ("plain-returnn-unknown-error.txt", "0000:03:00.0", "Unknown Error"),
+        (
+            "plain-owod-gpu-is-lost.txt",
+            "0000:02:00.0",
+            "GPU is lost. Reboot the system to recover this GPU",
+        ),
+        ("plain-rtx4080-index-and-no-devices.txt", "0000:01:00.0", "Unknown Error"),
+    ],
+)
+def test_plain_nvidia_smi_that_cannot_get_a_gpus_handle_reports_that_gpu_lost(
+    path: str, bus_id: str, reason: str
+) -> None:
+    files = {"nvidia-smi.txt": result("nvidia-smi.txt", sample(D + path), rc=None)}
+    facts = roundtrip(registry.get("nvidia_smi").func(files, {}))
+    assert facts["collected"] is True and facts["gpu_lost"] is True
+    (gpu,) = facts["unreachable"]
+    assert (gpu["bus_id"], gpu["reason"], gpu["lost"]) == (bus_id, reason, True)
+    (ev,) = facts["lost_evidence"]
+    assert (ev["source"], ev["line"]) == ("nvidia-smi.txt", 1)
+    assert ev["text"].startswith("Unable to determine the device handle for GPU")
+
+
+def test_no_devices_were_found_after_a_lost_gpu_is_read_as_that_line_too() -> None:
+    text = sample(D + "plain-rtx4080-index-and-no-devices.txt")
+    files = {"nvidia-smi.txt": result("nvidia-smi.txt", text, rc=None)}
+    facts = registry.get("nvidia_smi").func(files, {})
+    assert [e["line"] for e in facts["no_devices"]] == [2]
+
+
+def test_a_handle_nvml_refuses_for_permissions_is_not_a_lost_gpu() -> None:
+    # NVML_ERROR_NO_PERMISSION's string: the GPU is fine, this user may not open it
+    line = "Unable to determine the device handle for GPU0000:3B:00.0: Insufficient Permissions\n"
+    files = {"nvidia-smi.txt": result("nvidia-smi.txt", line, rc=None)}
+    facts = registry.get("nvidia_smi").func(files, {})
+    assert facts["gpu_lost"] is False and facts["lost_evidence"] == []
+    assert [(g["bus_id"], g["lost"]) for g in facts["unreachable"]] == [("0000:3b:00.0", False)]
+
+
+def test_the_lost_handle_printed_on_stderr_of_another_probe_is_evidence_from_its_err_file() -> None:
+    line = "Unable to determine the device handle for GPU 0000:02:00.0: GPU is lost.  Reboot the system to recover this GPU\n"  # noqa: E501
+    files = {"nvidia-smi-query.csv": result("nvidia-smi-query.csv", "", rc=None, stderr=line)}
+    facts = registry.get("nvidia_smi").func(files, {})
+    assert facts["gpu_lost"] is True
+    assert [(e["source"], e["line"]) for e in facts["lost_evidence"]] == [
+        ("nvidia-smi-query.csv.err", 1)
+    ]
