@@ -3,9 +3,10 @@
 Both tables: the modern one (`size count type redop root time algbw busbw #wrong` twice, for
 out-of-place and in-place) and the old one (no `root`, an `error` float instead of `#wrong`);
 the header line decides the columns, so other collectives' tables parse too. Footer:
-`# Out of bounds values : N OK|FAILED`, `# Avg bus bandwidth    : X`; a run without the footer
-did not finish. mpirun's `[1,0]<stdout>:` prefixes are stripped. NCCL INFO lines in the same
-output are summarised with the nccl_log parser (which transport the test used).
+`# Out of bounds values : N OK|FAILED`, `# Avg bus bandwidth    : X`, printed once every size
+ran; a run without the footer did not finish (one whose copy ends at the first footer line
+did). mpirun's `[1,0]<stdout>:` prefixes are stripped. NCCL INFO lines in the same output
+are summarised with the nccl_log parser (which transport the test used).
 
 A run can finish, pass and still measure nothing about the fabric: nccl-tests built without
 `MPI=1` and started by mpirun/srun runs one independent copy per process, each with a
@@ -197,7 +198,8 @@ def parse_nccl_tests(lines: Iterable[str], *, source: str = "nccl-tests/run.txt"
     return NcclTestsFacts(
         table=table,
         rows=tuple(rows),
-        finished=avg is not None,
+        # the footer (out-of-bounds count, then the average) is printed once every size ran
+        finished=avg is not None or oob is not None,
         oob_values=oob,
         oob_ok=oob_ok,
         avg_busbw=avg,

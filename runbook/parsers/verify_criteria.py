@@ -145,7 +145,7 @@ def _incomplete(run: Mapping[str, Any], expected_ranks: int | None) -> str | Non
     if run.get("unmeasured"):
         return f"measured nothing about the fabric: {run['unmeasured']}"
     if not run["finished"]:
-        return "no `# Avg bus bandwidth` footer: the run did not finish"
+        return "no footer (`# Out of bounds values`, `# Avg bus bandwidth`): the run did not finish"
     # nccl-tests exits 1 after its footer for wrong values or a missed NCCL_TESTS_MIN_BW:
     # the run completed, and the other criteria judge what it found
     if run["exit_status"] not in (0, 1, None):

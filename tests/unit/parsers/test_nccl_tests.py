@@ -80,3 +80,13 @@ def test_arbitrary_text_never_raises(lines: list[str]) -> None:
 def test_a_truncated_output_never_raises(cut: int) -> None:
     facts = parse_nccl_tests(sample(D + "baseline.txt")[:cut].splitlines())
     assert all(isinstance(r.size, int) for r in facts.rows)
+
+
+def test_a_run_whose_copy_ends_at_the_out_of_bounds_line_finished() -> None:
+    # nccl-tests prints `# Out of bounds values` only after every size ran, then the average;
+    # a real two-node DGX Spark all_gather (NVIDIA/dgx-spark-playbooks#25, nccl-tests 2.17.6
+    # header) whose copy stops before the average line still finished, and passed
+    facts = parse_nccl_tests(sample_lines(D + "dgx-spark-2node-footer-cut-after-oob.txt"))
+    assert (facts.oob_values, facts.oob_ok, facts.avg_busbw) == (0, True, None)
+    assert facts.finished and facts.passed
+    assert facts.nranks == 2 and len(facts.rows) == 1 and facts.rows[0].ip_busbw == 20.95
