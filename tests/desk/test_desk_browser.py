@@ -236,8 +236,12 @@ def test_approving_the_shm_patch_runs_it_and_shows_its_output_and_result(
     page.goto(f"{incident.server.url}/p/{incident.shm}")
     page.click("#approve")
     # the run's output while it runs (the re-check over SSH and two Ansible runs take seconds)
+    end = time.monotonic() + 30
+    while f"approving {incident.shm}" not in page.locator("#output").inner_text():
+        assert time.monotonic() < end, page.locator("#run").inner_text()
+        time.sleep(0.5)
+        page.reload()
     assert "running" in page.locator("#run h2").inner_text()
-    assert f"approving {incident.shm}" in page.locator("#output").inner_text()
     assert page.locator("meta[http-equiv=refresh]").count() == 1
     assert "succeeded" in wait_for_run(page)
     assert page.locator("meta[http-equiv=refresh]").count() == 0
