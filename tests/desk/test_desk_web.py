@@ -116,10 +116,10 @@ def test_sign_in_attempts_are_rate_limited_per_client(
 def test_a_session_ends_after_its_idle_time(
     desk_factory: Any, oidc_provider: str, sign_in: Any
 ) -> None:
-    server = desk_factory(oidc_desk(oidc_provider, session_idle="2s"))
+    server = desk_factory(oidc_desk(oidc_provider, session_idle="4s"))
     client = sign_in(server, "alice")
     assert client.get("/queue").status_code == 200
-    time.sleep(2.5)
+    time.sleep(4.5)
     ended = client.get("/queue")
     assert ended.status_code == 303 and ended.headers["location"] == "/login?expired=1"
 
