@@ -22,12 +22,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script:
 from tests.tools import bundles
 
 
-def verdict(bundle: Path, pythonpath: str | None) -> dict[str, object]:
+def verdict(bundle: Path, pythonpath: str | None, want: dict[str, object]) -> dict[str, object]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    # analysed the way tests/unit/test_bundle_corpus.py analyses it: a hang's bundle with its
+    # runbook, an operator's --var values
+    args = [sys.executable, "-m", "runbook", "analyze", str(bundle), "--format", "json"]
+    if want.get("runbook"):
+        args += ["--runbook", str(want["runbook"])]
+    variables = want.get("vars") or {}
+    assert isinstance(variables, dict), "vars: must be a mapping"
+    for key, value in variables.items():
+        args += ["--var", f"{key}={value}"]
     out = subprocess.run(
-        [sys.executable, "-m", "runbook", "analyze", str(bundle), "--format", "json"],
+        args,
         capture_output=True, text=True, env=env, timeout=120, check=False, cwd=pythonpath or None,
     )  # fmt: skip
     try:
@@ -44,7 +53,7 @@ def main() -> int:
     rows = []
     for d in [bundles.path(n) for n in bundles.names() if n.startswith("real-")]:
         want = yaml.safe_load((d / "expected.yaml").read_text())
-        v = verdict(d, args.pythonpath)
+        v = verdict(d, args.pythonpath, want)
         cause_ok = v.get("root_cause") == want["root_cause"]
         fa_want = want.get("first_anomaly")
         fa = v.get("first_anomaly") or {}
