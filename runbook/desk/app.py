@@ -11,25 +11,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runbook.config import Config
-from runbook.desk import auth
-from runbook.desk.policy import Identity
-from runbook.desk.runs import Runs
+from runbook.desk import auth, views
 from runbook.desk.sessions import RateLimit, Session, Sessions
 from runbook.desk.settings import DeskSettings
+from runbook.desk.state import DeskApp, desk, refuse, render, set_session_cookie, signed_in
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
@@ -38,79 +34,6 @@ CSP = (
     "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
-
-
-@dataclass
-class DeskApp:
-    """What every route reads: the configuration, the desk's settings and its state."""
-
-    config: Config
-    settings: DeskSettings
-    sessions: Sessions
-    logins: RateLimit
-    runs: Runs = field(default_factory=Runs)
-    oidc: Any = None
-    templates: jinja2.Environment = field(default_factory=lambda: _templates())
-    #: the audit chain's verification, kept while the log is unchanged (size, mtime)
-    audit_cache: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def cookie(self) -> str:
-        # __Host-: sent only over HTTPS, for this host and path / alone
-        return "rbk_desk" if self.settings.insecure_http else "__Host-rbk_desk"
-
-    @property
-    def origin(self) -> str:
-        parts = urlsplit(self.settings.base_url)
-        return f"{parts.scheme}://{parts.netloc}"
-
-
-def _templates() -> jinja2.Environment:
-    """HTML templates, every value escaped (autoescape): evidence is shown as text, never as
-    markup; nothing is marked safe. (runbook.templating's environment renders commands.)"""
-    from runbook.desk import views
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(HERE / "templates"),
-        autoescape=True,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters.update(views.FILTERS)
-    return env
-
-
-# ------------------------------------------------------------------------------ responses
-def desk(request: Request) -> DeskApp:
-    found: DeskApp = request.app.state.desk
-    return found
-
-
-def render(request: Request, name: str, status: int = 200, **values: Any) -> HTMLResponse:
-    app = desk(request)
-    session: Session | None = request.scope.get("desk.session")
-    html = app.templates.get_template(name).render(
-        who=session.identity if session else None,
-        csrf=session.csrf if session else "",
-        **values,
-    )
-    return HTMLResponse(html, status_code=status)
-
-
-def refuse(request: Request, status: int, message: str) -> HTMLResponse:
-    return render(request, "error.html", status=status, message=message, status_code=status)
-
-
-def set_session_cookie(app: DeskApp, response: Response, session: Session) -> None:
-    response.set_cookie(
-        app.cookie,
-        session.id,
-        max_age=int(app.settings.session_ttl),
-        path="/",
-        secure=not app.settings.insecure_http,
-        httponly=True,
-        samesite="lax",
-    )
 
 
 # ------------------------------------------------------------------------------ middleware
@@ -164,11 +87,6 @@ class Security:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-
-def signed_in(request: Request) -> Identity | None:
-    session: Session | None = request.scope.get("desk.session")
-    return session.identity if session else None
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -299,8 +217,6 @@ async def healthz(request: Request) -> Response:
 
 # ------------------------------------------------------------------------------ the app
 def build(config: Config, settings: DeskSettings) -> Starlette:
-    from runbook.desk import views
-
     state = DeskApp(
         config=config,
         settings=settings,

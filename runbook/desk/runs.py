@@ -5,8 +5,9 @@ An approval on the page runs what `runbook approvals approve ID` runs, through t
 pending and within its TTL, the evidence re-checked on the live node, the blast-radius guard
 of a drain, the claim (exactly one winner, across processes), check mode, the real run, what
 its kind reads after it. Its progress is printed by the CLI's own printers (task lines, the
-result, the recovery check's command) onto a console whose lines the proposal's page shows as
-they come. A recovery check runs `runbook verify`'s check (runbook.cli.verify_offer.run_now).
+result, the recovery check's command) onto a console of runbook.render.lines, which hands the
+run each plain line; the proposal's page shows them as they come. A recovery check runs
+`runbook verify`'s check (runbook.cli.verify_offer.run_now).
 
 Each worker opens its own Desk (an SQLite connection belongs to the thread that opened it).
 """
@@ -18,15 +19,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any, cast
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from runbook.desk.policy import Identity, Policy
 from runbook.errors import RunbookError
 from runbook.remedies.approval import Desk, Refused, actor_name, os_user
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from runbook.config import Config
     from runbook.remedies.store import QueuedProposal
 
@@ -68,27 +69,6 @@ class WebDesk(Desk):
         raise Refused(why)
 
 
-class _Lines:
-    """A file for a rich console: each complete line appended to the run's output."""
-
-    def __init__(self, run: Run) -> None:
-        self.run = run
-        self._partial = ""
-
-    def write(self, text: str) -> int:
-        self._partial += text
-        *lines, self._partial = self._partial.split("\n")
-        for line in lines:
-            self.run.say(line)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-    def isatty(self) -> bool:
-        return False
-
-
 @dataclass
 class Run:
     """One approval (or recovery check) started here: its output so far and how it ended."""
@@ -117,15 +97,10 @@ class Run:
         return self.finished is None
 
     def console(self) -> Console:
-        from runbook.output import PrintableConsole
+        """The console the CLI's printers print this run's progress on: its lines, plain."""
+        from runbook.render.lines import line_console
 
-        return PrintableConsole(
-            file=cast(IO[str], _Lines(self)),
-            highlight=False,
-            color_system=None,
-            width=160,
-            soft_wrap=True,
-        )
+        return line_console(self.say)
 
 
 class Runs:

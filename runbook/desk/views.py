@@ -18,13 +18,14 @@ from starlette.responses import RedirectResponse, Response
 
 from runbook.desk import runs
 from runbook.desk.policy import SEVERITIES, severity_of
+from runbook.desk.state import desk, refuse, render, signed_in
 from runbook.errors import RunbookError
 from runbook.remedies import two_person
 from runbook.remedies.approval import Desk
 
 if TYPE_CHECKING:
-    from runbook.desk.app import DeskApp
     from runbook.desk.sessions import Session
+    from runbook.desk.state import DeskApp
     from runbook.remedies.store import QueuedProposal
 
 #: a tab and the states it shows (the store's `pending` is within its TTL, `expired` past it)
@@ -36,52 +37,7 @@ TABS = {
 
 
 def _app(request: Request) -> DeskApp:
-    from runbook.desk.app import desk
-
     return desk(request)
-
-
-def ago(seconds: float) -> str:
-    """`45 s`, `12 min`, `3.5 h`, `2.0 d`."""
-    seconds = max(seconds, 0.0)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
-def utc(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
-
-
-def diff_class(line: str) -> str:
-    if line.startswith("+") and not line.startswith("+++"):
-        return "add"
-    if line.startswith("-") and not line.startswith("---"):
-        return "del"
-    if line.startswith("@@"):
-        return "hunk"
-    return ""
-
-
-def shown(value: Any) -> str:
-    import json
-
-    return value if isinstance(value, str) else json.dumps(value, default=str)
-
-
-FILTERS = {
-    "ago": ago,
-    "utc": utc,
-    "diff_class": diff_class,
-    "shown": shown,
-    "severity": severity_of,  # of a root cause
-}
 
 
 def _reader(app: DeskApp) -> Desk:
@@ -90,7 +46,6 @@ def _reader(app: DeskApp) -> Desk:
 
 # ------------------------------------------------------------------------------ queue
 def queue(request: Request) -> Response:
-    from runbook.desk.app import render
     from runbook.remedies import kinds as kinds_mod
 
     app = _app(request)
@@ -216,7 +171,6 @@ def _latest_diff(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def proposal(request: Request) -> Response:
-    from runbook.desk.app import refuse, render, signed_in
     from runbook.remedies.store import NotFound
     from runbook.verify.record import verifiable
 
@@ -279,8 +233,6 @@ def approve(request: Request, session: Session, form: dict[str, str]) -> Respons
 
 
 def deny(request: Request, session: Session, form: dict[str, str]) -> Response:
-    from runbook.desk.app import refuse
-
     app = _app(request)
     pid = request.path_params["pid"]
     who = session.identity
@@ -299,8 +251,6 @@ def deny(request: Request, session: Session, form: dict[str, str]) -> Response:
 def preview(request: Request, session: Session, form: dict[str, str]) -> Response:
     """Check mode with diff (`runbook approvals preview`), in a worker thread; for those who
     may decide the proposal (it runs Ansible, if only in check mode)."""
-    from runbook.desk.app import refuse
-
     app = _app(request)
     pid = request.path_params["pid"]
     who = session.identity
@@ -341,8 +291,6 @@ def verify(request: Request, session: Session, form: dict[str, str]) -> Response
 
 # ------------------------------------------------------------------------------ audit
 def audit(request: Request) -> Response:
-    from runbook.desk.app import render
-
     app = _app(request)
     with _reader(app) as reader:
         entries, verification = _audit(reader, app, None)
