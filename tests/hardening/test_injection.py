@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 import yaml
 
+from runbook.transports.kube_exec import BOOTSTRAP
 from tests.hosts.harness import HostNetwork, TestHost
 from tests.integration.conftest import cli_env
 
@@ -295,9 +296,10 @@ def test_a_kubectl_target_runs_each_probe_as_one_argument_with_one_word_values(
     check_evidence_values(use)
     calls = kubectl_calls(log)
     execs = [c for c in calls if c[0] == "exec"]
+    # the probes come on the exec's input (transports/kube_exec.py): its argv is the bootstrap
     assert execs and all(
-        c[:5] == ["exec", "-n", "kube-system", "agent-1", "--"] and c[5] == "nsenter"
-        and c[-3:-1] == ["/bin/sh", "-c"] and c.count("-c") == 1
+        c[:6] == ["exec", "-i", "-n", "kube-system", "agent-1", "--"] and c[6] == "nsenter"
+        and c[-3:-1] == ["/bin/sh", "-c"] and c[-1] == BOOTSTRAP
         for c in execs
     ), execs  # fmt: skip
     assert ["get", "pod", "-n", "ml", "-o", "json", "--", pod] in calls
