@@ -87,7 +87,8 @@ def redact_url(url: str, *, drop: bool = False) -> str:
             for k, v in pairs
             if not (drop and k.lower() == "password")
         )
-        return urllib.parse.urlunsplit((parsed.scheme, netloc, parsed.path, query, ""))
+        # built by hand: urlunsplit drops the `//` of an empty host for a scheme it does not know
+        return f"{parsed.scheme}://{netloc}{parsed.path}" + (f"?{query}" if query else "")
     except ValueError:
         # a URL that does not parse (a bad port): its text after the scheme is withheld whole
         match = _URL.match(url)
@@ -108,12 +109,7 @@ def location(text: str | os.PathLike[str]) -> Location:
             parsed.port  # noqa: B018 - raises on a port that is not a number
         except ValueError:
             raise UsageError(f"--db {url}: the port is not a number") from None
-        if not parsed.hostname and "host=" not in parsed.query:
-            raise UsageError(
-                f"--db {url}: expected postgresql://USER@HOST:PORT/DBNAME "
-                "(or ?host=/socket/dir for a local socket)"
-            )
-        return url
+        return url  # no host: libpq's own default (the local socket), as psql does
     if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", raw):
         scheme = raw.split(":", 1)[0]
         raise UsageError(

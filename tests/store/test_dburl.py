@@ -32,6 +32,8 @@ def test_the_password_never_shows_in_str_repr_or_an_error_text() -> None:
     assert str(url) == "postgresql://runbook:<REDACTED>@db:5432/queue?sslmode=require"
     assert url.without_password() == "postgresql://runbook@db:5432/queue?sslmode=require"
     assert "p@ss-w0rd" not in url.scrub('FATAL: password "p@ss-w0rd" for runbook')
+    socket = location("postgresql:///queue?host=/run/postgresql&password=hunter2")
+    assert str(socket) == "postgresql:///queue?host=/run/postgresql&password=<REDACTED>"
     query = PostgresURL("postgresql://db/queue?user=runbook&password=hunter2")
     assert "hunter2" not in str(query) and "hunter2" not in query.without_password()
 
@@ -54,3 +56,12 @@ def test_the_config_takes_a_url_and_keeps_local_files_in_the_state_dir(
     cfg = load(config)
     assert isinstance(cfg.db, PostgresURL) and cfg.local_dir == tmp_path / "state"
     assert load(config, db=str(tmp_path / "x.db")).db == tmp_path / "x.db"
+
+
+def test_a_url_without_a_host_reaches_the_server_on_its_local_socket(pg_server) -> None:  # type: ignore[no-untyped-def]
+    from runbook.remedies.store import Store
+
+    name = pg_server.new_database()
+    url = f"postgresql://postgres@/{name}?host={pg_server.root}&port={pg_server.port}"
+    with Store(location(url)) as store:
+        assert store.count(None) == 0 and store.where == url
