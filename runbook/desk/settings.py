@@ -22,7 +22,7 @@ full before anything listens (pure but for reading the environment's secret).
       allow:                                   # who may approve or deny what
         - groups: [gpu-oncall]
           kinds: ['*']
-          severities: [error, warning]
+          severities: [warning, info]          # critical, warning, info
         - users: [lead@example.org]
           kinds: [node-drain]
         - groups: [sre]                        # no kinds: may read the desk, not decide

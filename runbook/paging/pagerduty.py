@@ -6,10 +6,12 @@ process) lands on the same alert, and the `resolve` sent when the proposal is de
 (approved and run, denied, refused, recovered) or expires undecided closes exactly that one.
 The routing key travels in the body only, never in the URL, and is never shown.
 
-Severity (`critical | error | warning | info`): `critical` for a hardware cause (what a node
-is drained on), `error` for another kind that takes a node out of service, else `warning` for
-a named cause and `info` for an inconclusive one (runbook.metrics.severity). PagerDuty has no
-"about to expire" event: the alert stays open until the resolve. Pure.
+Severity: the proposal's, the one the approval desk shows on its row and page, the queue's
+metrics label and the desk's allow rules match (runbook.metrics.severity, from the root
+cause): `critical` for a hardware cause (what a node is drained on), `warning` for another
+named cause, `info` for an inconclusive one. PagerDuty's `error` is never sent: the desk has
+no such word, and a person opening the page's link reads the severity the alert said.
+PagerDuty has no "about to expire" event: the alert stays open until the resolve. Pure.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from runbook.paging.text import (
 )
 
 EVENTS = (QUEUED, RESOLVED)
+#: the Events API's enum; what is sent is one of runbook.metrics.SEVERITIES
 SEVERITIES = ("critical", "error", "warning", "info")
 #: the Events API's limits on a summary and a dedup key
 SUMMARY_LIMIT = 1024
@@ -43,15 +46,10 @@ def dedup_key(pid: str) -> str:
 
 
 def severity(p: NoticeProposal) -> str:
+    """The proposal's severity as the desk shows it (runbook.metrics.severity)."""
     from runbook import metrics
-    from runbook.remedies import kinds
 
-    weight = metrics.severity(p.root_cause)
-    if weight == "critical":
-        return "critical"
-    if kinds.takes_node_out(p.kind):
-        return "error"
-    return weight
+    return metrics.severity(p.root_cause)
 
 
 def event(

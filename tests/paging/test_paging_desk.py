@@ -92,3 +92,32 @@ def test_a_notices_link_opens_the_proposal_on_the_desk_and_a_denial_there_resolv
         resolve = pagerduty.accepted[-1]
         assert resolve["event_action"] == "resolve"
         assert resolve["dedup_key"] == trigger["dedup_key"]
+
+
+def test_a_page_and_the_desk_row_it_opens_name_the_same_severity(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.desk import inprocess
+    from tests.desk.queueing import enqueue as enqueue_desk
+    from tests.desk.test_desk_severity import rows
+
+    monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
+    with rx.receiver("pagerduty") as pagerduty:
+        cfg = inprocess.config(tmp_path, notify={"pagerduty": {"url": pagerduty.url}})
+        db = str(cfg.db)
+        queued = [
+            enqueue_desk(db, kind="node-drain", node="gpu-node-1", root_cause="gpu-hardware"),
+            # a kind that takes the node out, on a cause that is not the hardware's
+            enqueue_desk(db, kind="node-drain", node="gpu-node-2", root_cause="shm-exhausted"),
+            enqueue_desk(db, node="gpu-node-3"),
+            enqueue_desk(db, node="gpu-node-4", root_cause="inconclusive"),
+        ]
+        with Store(db) as store:
+            assert publish(cfg, store).notices_sent == len(queued)
+        paged = {t["payload"]["custom_details"]["proposal"]: t["payload"]["severity"]
+                 for t in pagerduty.accepted}  # fmt: skip
+        (queue,) = inprocess.get(inprocess.build(cfg), "/queue")
+        shown = {pid: severity for pid, (_, severity) in rows(queue.text).items()}
+        assert sorted(paged) == sorted(shown) == sorted(queued)
+        assert paged == shown
+        assert sorted(set(shown.values())) == ["critical", "info", "warning"]
