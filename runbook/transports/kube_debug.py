@@ -387,6 +387,11 @@ class DebugPodTransport(KubectlTransport):
         self.node_name = node
         try:
             self.debug_pod.create()
+            log.info(
+                "kubectl-debug://%s: debug pod %s/%s (run %s); were this command killed, "
+                "delete what it left with: %s", node, debug.namespace, self.debug_pod.name,
+                self.debug_pod.run, cleanup_command(debug.namespace, self.debug_pod.run, context),
+            )  # fmt: skip
             self.debug_pod.wait_running(debug.start_timeout)
             super().__init__(
                 debug.namespace,
