@@ -72,6 +72,8 @@ CLOSE_WAIT_S = 3.0
 FIRST_SPARES = 2
 #: the line an exec writes on stderr once it runs in the pod (BOOTSTRAP)
 READY = "__RBK_READY"
+#: what a pipe holds without its reader (Linux: 64 KiB), less a margin
+_PIPE_HOLDS = 60 * 1024
 #: how long kubectl may take to end after the batch's last probe
 _END_GRACE_S = 2.0
 #: what kubectl said last, kept for the error of an exec that never started the script
@@ -123,7 +125,7 @@ class PodExec:
         self._unknown = 0
         #: process groups in the pod of the batches in flight
         self._groups: set[int] = set()
-        #: execs started, kill and stop requests included (benchmarks/kube_exec.py reads it)
+        #: execs started, kill and stop requests included
         self.exec_count = 0
         #: execs started ahead of the next batches, waiting in BOOTSTRAP for their script (a
         #: batch then costs no process start nor API round trip of its own)
@@ -275,12 +277,11 @@ class PodExec:
         if isinstance(proc, str):
             fail_all(probes, deliver, proc, time.monotonic() - start)
             return
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(b"%d\n" % len(body) + body)
-            proc.stdin.write(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.close()
+        given = b"%d\n" % len(body) + body + f"{begin}\n{secret}\n{frame}\n".encode("ascii")
+        if len(given) < _PIPE_HOLDS:
+            _give(proc, given)
+        else:  # more than the pipe holds: kubectl may be slow to read it, the reader is not
+            threading.Thread(target=_give, args=(proc, given), name="exec-input").start()
         with self._lock:
             self._unknown += 1
         reader = _ExecReader(self, proc, mine, deliver, batch.mark_for(secret), begin)
@@ -320,6 +321,15 @@ class PodExec:
             if running or pgid is None:
                 self._unknown -= 1
                 self._said_group.notify_all()
+
+
+def _give(proc: subprocess.Popen[bytes], data: bytes) -> None:
+    """`data` as the exec's whole input, then its end."""
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+        proc.stdin.write(data)
+    with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+        proc.stdin.close()
 
 
 class _ExecReader:

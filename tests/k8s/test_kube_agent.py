@@ -65,6 +65,28 @@ def test_a_burst_of_probes_is_one_exec_each_with_its_own_output_and_status(
     assert not [r for r in kube_cluster.exec_requests() if "echo 5" in " ".join(r.query["command"])]
 
 
+def test_a_burst_larger_than_one_script_goes_as_two_execs_each_probe_whole(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double: sixteen probes of 6 KiB of text each are more than one batch's script
+    holds (64 KiB): the first exec runs what fits (its input more than a pipe holds), the rest
+    is handed back whole, and every probe prints its own text."""
+    transport = _transport(kube_cluster)
+    texts = [f"{i:02d}" + "x" * 6000 for i in range(16)]
+    probes = [Probe(f"p{i}", f"printf '%s' {text}") for i, text in enumerate(texts)]
+    got: dict[int, CommandResult] = {}
+    handed: list[int] = []
+    try:
+        transport.run_batch(probes, got.__setitem__, handed.append)
+        (rest,) = handed
+        assert 8 <= rest < 16
+        transport.run_batch(probes[rest:], lambda i, r: got.__setitem__(rest + i, r), handed.append)
+    finally:
+        transport.close()
+    assert handed == [rest]
+    assert [got[i].stdout for i in range(16)] == texts
+
+
 def test_a_timed_out_probe_is_stopped_on_the_node_not_only_in_kubectl(
     kube_cluster: KubeCluster,
 ) -> None:
