@@ -124,6 +124,10 @@ def _earliest_time(finding: RuleFinding, local: dt.tzinfo | None = None) -> dt.d
 BLAMING_ROLES = ("cause", "local-error")
 #: roles of the failure's consequences: part of the chain, never its root
 CONSEQUENCE_ROLES = ("peer-consequence", "surfaced")
+#: a node's own fault explains a hang read beside it: from the job's side, a GPU the driver
+#: lost, a failed PCIe link or an OOM-killed rank is a collective that never completes (or a
+#: rank that never arrives), so the hang is a link of that fault's chain, not its root
+HANG_EXPLAINED_BY = ("gpu-hardware", "pcie-error", "host-memory-oom")
 
 
 def finding_role(finding: RuleFinding) -> str:
@@ -171,10 +175,16 @@ def _first_evidence(finding: RuleFinding, local: dt.tzinfo | None = None) -> dic
 
 def root_cause_of(ranked: list[RuleFinding]) -> tuple[str | None, RuleFinding | None, bool]:
     """(root cause, the finding that names it, weak): the first blaming finding's cause; a
-    `context` finding's only when no other finding blames anything (weak)."""
-    for f in ranked:
-        if f.cause and finding_role(f) in BLAMING_ROLES:
-            return f.cause, f, False
+    `context` finding's only when no other finding blames anything (weak). A hang's cause
+    yields to a fault of the node's own that explains it (HANG_EXPLAINED_BY)."""
+    blaming = [f for f in ranked if f.cause and finding_role(f) in BLAMING_ROLES]
+    if blaming:
+        first = blaming[0]
+        if first.cause in typed.HANG_CAUSES:
+            node_fault = next((f for f in blaming if f.cause in HANG_EXPLAINED_BY), None)
+            if node_fault is not None:
+                return node_fault.cause, node_fault, False
+        return first.cause, first, False
     for f in ranked:
         if f.cause and finding_role(f) not in CONSEQUENCE_ROLES:
             return f.cause, f, True
@@ -212,6 +222,9 @@ def split_chain(
             chain.append(f)
             rooted = True
         elif not f.cause and role in ("local-error", *CONSEQUENCE_ROLES):
+            chain.append(f)
+        elif f.cause in typed.HANG_CAUSES and root_cause in HANG_EXPLAINED_BY:
+            # the hang the node's fault caused: a consequence in the chain
             chain.append(f)
         elif rooted and f.cause and role in BLAMING_ROLES:
             # another fault after the root one (a GPU falling off the bus after its link
