@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from runbook.cli.options import (
+    DB_HELP,
     JOB_CONTEXT_VARS,
     JOB_KEYS,
     apply_job_context,
@@ -55,7 +56,7 @@ from runbook.output import count, output_console, verbosity
     "--run-dir", type=click.Path(file_okay=False), help="Where to keep this run's artifacts."
 )
 @format_option("text", "json", default="text")
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
+@click.option("--db", type=click.Path(dir_okay=False), metavar="FILE|URL", help=DB_HELP)
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver at prompts.")
 @job_context_options
 @textfile_dir_option

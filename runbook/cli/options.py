@@ -493,3 +493,10 @@ def job_options(func: F) -> F:
     for decorator in reversed(job_option_decorators()):
         func = decorator(func)
     return func
+
+
+#: --db wherever the approval store is named (approvals, run, sweep, verify)
+DB_HELP = (
+    "Approval store: a SQLite file, or postgresql://USER@HOST:PORT/DBNAME shared by several "
+    "machines (the password from PGPASSWORD or PGPASSFILE, never in the URL)."
+)

@@ -22,6 +22,7 @@ import click
 
 from runbook import atomic
 from runbook.cli.options import (
+    DB_HELP,
     complete_runbook,
     format_option,
     load_config,
@@ -192,7 +193,7 @@ def _progress(title: str) -> Any:
     "--kubectl", default="kubectl", show_default=True, help="kubectl binary for kubectl:// hosts."
 )
 @click.option("--context", "kube_context", help="kubectl context.")
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store for the proposals.")
+@click.option("--db", type=click.Path(dir_okay=False), metavar="FILE|URL", help=DB_HELP)
 @textfile_dir_option
 @click.option(
     "--inventory-timeout",

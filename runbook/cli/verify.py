@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runbook.cli.options import (
+    DB_HELP,
     complete_proposal,
     format_option,
     load_config,
@@ -89,7 +90,7 @@ def _stage_printer(
                    "min_busbw, …).")
 @replay_options
 @click.option("--no-replay", is_flag=True, help="Only the collective test (the reason says so).")
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store of the proposal.")
+@click.option("--db", type=click.Path(dir_okay=False), metavar="FILE|URL", help=DB_HELP)
 @click.option("--as", "as_user", metavar="NAME", help="Record NAME as who verified.")
 @click.option("--run-dir", type=click.Path(file_okay=False),
               help="Keep this check's artifacts here.")
