@@ -279,14 +279,24 @@ def keywords() -> tuple[str, ...]:
 def candidate_lines(result: Any) -> candidates:
     """The lines of a kernel log the parser needs, numbered, with corrected AER reports
     tallied (scan.Tally) instead of handed on."""
-    return candidates(result, keywords(), WINDOWS, tally=Tally(CORRECTED_AER, CORRECTED_PROBES))
+    words = (*keywords(), *errorlines.severity_keywords(_head(result)))
+    return candidates(result, words, WINDOWS, tally=Tally(CORRECTED_AER, CORRECTED_PROBES))
+
+
+def _head(result: Any) -> str:
+    """The log's first line (at most 4 KiB of it)."""
+    if result.source_path is not None and not result.stdout:
+        with result.open_source() as handle:
+            return handle.readline(4096).decode("utf-8", errors="replace")
+    return str(result.stdout[:4096]).split("\n", 1)[0]
 
 
 @once
 def _trigger() -> re.Pattern[str]:
     """Every line on which a record can start or be recorded whole matches this (the slow
     path's filter: broader than the keywords, it is only a shortcut past chatter)."""
-    words = "|".join(re.escape(w) for w in (*catalog_words(), *errorlines.KEYWORDS))
+    every = (*catalog_words(), *errorlines.KEYWORDS, *errorlines.SEVERITY_KEYWORDS)
+    words = "|".join(re.escape(w) for w in every)
     return re.compile(
         r"oom-kill|Task in |: usage \d|Kill process|Killed process|Out of memory|page allocation"
         r"|os_lock_user_pages|Cannot map memory|NVRM|(?i:fallen off the bus)|AER|PCIe Bus Error"

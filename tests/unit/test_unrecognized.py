@@ -161,8 +161,33 @@ def test_a_healthy_node_with_driver_output_a_storm_and_firmware_errors_stays_hea
 def test_which_kernel_lines_are_error_lines_no_signature_names(raw: str, is_error: bool) -> None:
     message = raw.split("] ", 1)[1]
     assert errorlines.kernel_error(raw, message) is is_error
-    # the pre-filter hands every such line to the parser
-    assert not is_error or any(word in raw for word in errorlines.KEYWORDS)
+    # the pre-filter hands every such line to the parser (a severity's words are keywords of
+    # a log that shows severities)
+    words = (*errorlines.KEYWORDS, *errorlines.severity_keywords(raw))
+    assert not is_error or any(word in raw for word in words)
+
+
+SOFT_LOCKUP = "[    5.000000] watchdog: BUG: soft lockup - CPU#3 stuck for 22s!"
+
+
+@pytest.mark.parametrize(
+    ("lines", "found"),
+    [(["kern  :info  : [    0.000000] Linux version 6.8.0", f"kern  :crit  : {SOFT_LOCKUP}"], [2]),
+     (["<6>[    0.000000] Linux version 6.8.0", f"<2>{SOFT_LOCKUP}"], [2]),
+     (["[    0.000000] Linux version 6.8.0", SOFT_LOCKUP], [])],
+)  # fmt: skip
+def test_a_log_that_shows_severities_has_its_critical_lines_read_by_the_pre_filter(
+    tmp_path: Path, lines: list[str], found: list[int]
+) -> None:
+    from runbook.parsers import dmesg
+    from runbook.transports.base import CommandResult
+
+    path = tmp_path / "dmesg.txt"
+    path.write_text("\n".join(lines) + "\n")
+    result = CommandResult("dmesg.txt", "", source_path=str(path))
+    fast = dmesg.parse_dmesg(dmesg.candidate_lines(result), numbered=True)
+    assert [u.line for u in fast.unrecognized] == found
+    assert fast.unrecognized == dmesg.parse_dmesg(lines).unrecognized
 
 
 def test_the_unrecognized_field_round_trips_through_the_typed_verdict(
