@@ -287,7 +287,8 @@ def _head(result: Any) -> str:
     """The log's first line (at most 4 KiB of it)."""
     if result.source_path is not None and not result.stdout:
         with result.open_source() as handle:
-            return handle.readline(4096).decode("utf-8", errors="replace")
+            line: bytes = handle.readline(4096)
+        return line.decode("utf-8", errors="replace")
     return str(result.stdout[:4096]).split("\n", 1)[0]
 
 
