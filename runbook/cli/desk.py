@@ -1,13 +1,16 @@
 """`runbook desk serve`: the approval queue on a web page, with sign-in (runbook/desk;
 docs/desk.md). Registered by runbook/cli/app.py through `COMMANDS`.
 
-Exit codes: 0 stopped (^C, SIGTERM); 2 usage: a bad flag or desk section of the config, a
+Exit codes: 0 stopped (^C, SIGTERM) once the approvals running had finished; 1 stopped by a
+second signal (or desk.shutdown_wait) while an approval still ran: it stays `running` in the
+store, for `runbook approvals recover`; 2 usage: a bad flag or desk section of the config, a
 store that does not open, a certificate that does not load, a port taken.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
@@ -157,7 +160,21 @@ def _serve(
         f"desk: serving {where} on {scheme}://{host}:{port} (open {desk_settings.base_url})",
         err=True,
     )
-    server = uvicorn.Server(
+    state = app.state.desk
+
+    class Server(uvicorn.Server):
+        """The first SIGTERM or ^C: no new decision, the running approvals waited for (the
+        app's lifespan); the second: stop now, whatever runs."""
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            if self.should_exit:
+                click.echo("desk: second signal: stopping now", err=True)
+                state.runs.abandon()
+            else:
+                state.runs.close()
+            super().handle_exit(sig, frame)
+
+    server = Server(
         uvicorn.Config(
             app,
             ssl_certfile=cert,
@@ -167,12 +184,21 @@ def _serve(
             proxy_headers=False,
             server_header=False,
             access_log=False,
+            # connections still open this long after a stop is asked are closed
+            timeout_graceful_shutdown=30,
         )
     )
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn hands SIGTERM/^C back once it has shut down
-        click.echo("desk: stopped", err=True)
+        pass
+    left = state.runs.running()
+    if left:
+        click.echo(
+            "desk: stopped; left running: " + ", ".join(f"{r.what} {r.pid}" for r in left), err=True
+        )
+        raise SystemExit(1)
+    click.echo("desk: stopped", err=True)
 
 
 COMMANDS = [desk]

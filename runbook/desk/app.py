@@ -9,8 +9,11 @@ token, and is refused when the browser says it came from another origin.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from runbook.config import Config
 from runbook.desk import auth, views
+from runbook.desk.publisher import Publisher
 from runbook.desk.sessions import RateLimit, Session, Sessions
 from runbook.desk.settings import DeskSettings
 from runbook.desk.state import DeskApp, desk, refuse, render, set_session_cookie, signed_in
@@ -216,6 +220,26 @@ async def healthz(request: Request) -> Response:
 
 
 # ------------------------------------------------------------------------------ the app
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+@contextlib.asynccontextmanager
+async def lifespan(state: DeskApp) -> AsyncIterator[None]:
+    """Started: the publisher's first pass. Stopping (uvicorn's shutdown, after it stopped
+    listening and its connections closed): no new decision, the approvals running waited for
+    up to desk.shutdown_wait (what it waits for said in the log), then the publisher's last
+    pass. A second SIGTERM or ^C ends the wait (runbook.cli.desk)."""
+    if state.publisher is not None:
+        state.publisher.start()
+    try:
+        yield
+    finally:
+        await asyncio.to_thread(state.runs.drain, state.settings.shutdown_wait, _say)
+        if state.publisher is not None and not state.runs.abandoned.is_set():
+            await asyncio.to_thread(state.publisher.stop)
+
+
 def build(config: Config, settings: DeskSettings) -> Starlette:
     state = DeskApp(
         config=config,
@@ -225,6 +249,7 @@ def build(config: Config, settings: DeskSettings) -> Starlette:
     )
     if settings.oidc is not None:
         state.oidc = auth.oidc_client(settings.oidc)
+    state.publisher = Publisher(config, interval=settings.publish_interval)
 
     def guarded(endpoint: Callable[[Request], Any]) -> Endpoint:
         """A page for signed-in people the policy lets in; others go to the sign-in page."""
@@ -273,7 +298,7 @@ def build(config: Config, settings: DeskSettings) -> Starlette:
         Route("/p/{pid}/verify", posted(views.verify), methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, lifespan=lambda app: lifespan(state))
     app.state.desk = state
     app.add_middleware(Security, desk_app=state)
     return app

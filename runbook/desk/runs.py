@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from runbook.config import Config
+    from runbook.desk.publisher import Publisher
     from runbook.remedies.store import QueuedProposal
 
 log = logging.getLogger(__name__)
@@ -38,12 +39,37 @@ class WebDesk(Desk):
     """The approval desk acting for a person signed in on the web: who may decide is the
     desk's policy (desk.allow: users or groups → kinds and severities), checked where the
     CLI checks its approvers list, and refused the same way (audited; the proposal stays
-    pending). The actor recorded is `OSUSER as NAME`, as for `--as NAME`."""
+    pending). The actor recorded is `OSUSER as NAME`, as for `--as NAME`.
 
-    def __init__(self, config: Config, identity: Identity, policy: Policy) -> None:
+    It never publishes in the thread that decides: a decision, and letting go of the queue,
+    kick the desk's publisher (runbook.desk.publisher), which resolves the pages and sends
+    what is due in a thread of its own."""
+
+    def __init__(
+        self,
+        config: Config,
+        identity: Identity,
+        policy: Policy,
+        publisher: Publisher | None = None,
+    ) -> None:
         super().__init__(config)
         self.identity = identity
         self.policy = policy
+        self.publisher = publisher
+
+    def _decided(self, proposal: QueuedProposal) -> None:
+        if self.publisher is None:
+            super()._decided(proposal)
+        else:
+            self.publisher.kick()
+
+    def close(self, *, publish: bool = True) -> None:
+        if self.publisher is None:
+            super().close(publish=publish)
+            return
+        super().close(publish=False)
+        if publish:
+            self.publisher.kick()
 
     def record(
         self, event: str, proposal: str | None, actor: str | None, data: Mapping[str, Any]
@@ -103,12 +129,66 @@ class Run:
         return line_console(self.say)
 
 
+class Stopping(RunbookError):
+    """The desk is stopping: it takes no new decision."""
+
+
 class Runs:
-    """The runs started by this desk process, newest per proposal; one at a time each."""
+    """The runs started by this desk process, newest per proposal; one at a time each.
+
+    Stopping (SIGTERM, ^C): `close` refuses every new run (and the views every decision),
+    `drain` waits for those running to finish, up to a bound; `abandon` (a second signal)
+    ends the wait at once, leaving an approval that was running `running` in the store for
+    `runbook approvals recover`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, Run] = {}
+        self.closing = False
+        self.abandoned = threading.Event()
+
+    def close(self) -> None:
+        self.closing = True
+
+    def abandon(self) -> None:
+        self.closing = True
+        self.abandoned.set()
+
+    def running(self) -> list[Run]:
+        with self._lock:
+            return [run for run in self._runs.values() if run.running]
+
+    def drain(self, bound: float, say: Callable[[str], None]) -> list[Run]:
+        """Refuse new runs, and wait for the running ones to finish: at most `bound` seconds,
+        less if `abandon` is called. Says what it waits for, and what it left. Returns the
+        runs still running."""
+        self.close()
+        waiting = self.running()
+        if not waiting:
+            return []
+        say(
+            f"desk: stopping: waiting up to {_seconds(bound)} for "
+            + ", ".join(f"the {r.what} of {r.pid} (by {r.by})" for r in waiting)
+            + " to finish; a second SIGTERM or ^C stops now and leaves a running approval "
+            "for `runbook approvals recover`"
+        )
+        end = time.monotonic() + bound
+        while waiting and time.monotonic() < end and not self.abandoned.is_set():
+            self.abandoned.wait(0.1)
+            waiting = self.running()
+        for run in waiting:
+            say(
+                f"desk: stopped while the {run.what} of {run.pid} ran"
+                + (
+                    f": it stays `running`; `runbook approvals recover {run.pid}` once its "
+                    "playbook is known to be gone"
+                    if run.what == "approve"
+                    else ""
+                )
+            )
+        if not waiting:
+            say("desk: every run finished")
+        return waiting
 
     def get(self, pid: str) -> Run | None:
         with self._lock:
@@ -118,6 +198,8 @@ class Runs:
         """Run `body(run)` (it returns the outcome) in a worker thread; a run of the same
         proposal still going is returned instead of starting another."""
         with self._lock:
+            if self.closing:
+                raise Stopping("the desk is stopping: it takes no new decision (try again shortly)")
             current = self._runs.get(run.pid)
             if current is not None and current.running:
                 return current
@@ -150,7 +232,13 @@ class Runs:
         return self.get(pid)
 
 
-def approve(config: Config, policy: Policy, who: Identity) -> Callable[[Run], str]:
+def _seconds(value: float) -> str:
+    return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
+
+
+def approve(
+    config: Config, policy: Policy, who: Identity, publisher: Publisher | None = None
+) -> Callable[[Run], str]:
     """The body of an approval: `runbook approvals approve ID`, step for step."""
 
     def body(run: Run) -> str:
@@ -159,7 +247,7 @@ def approve(config: Config, policy: Policy, who: Identity) -> Callable[[Run], st
         from runbook.remedies import live
 
         console = run.console()
-        with WebDesk(config, who, policy) as desk:
+        with WebDesk(config, who, policy, publisher) as desk:
             p = desk.store.get(run.pid)
             recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
                 "replay://"
@@ -187,7 +275,9 @@ def approve(config: Config, policy: Policy, who: Identity) -> Callable[[Run], st
     return body
 
 
-def verify(config: Config, policy: Policy, who: Identity) -> Callable[[Run], str]:
+def verify(
+    config: Config, policy: Policy, who: Identity, publisher: Publisher | None = None
+) -> Callable[[Run], str]:
     """The body of a recovery check: what `runbook verify ID` runs on the proposal's node."""
 
     def body(run: Run) -> str:
@@ -196,7 +286,7 @@ def verify(config: Config, policy: Policy, who: Identity) -> Callable[[Run], str
         from runbook.verify.record import verifiable
 
         console = run.console()
-        with WebDesk(config, who, policy) as desk:
+        with WebDesk(config, who, policy, publisher) as desk:
             p = desk.store.get(run.pid)
             why = policy.why_not(who, p.kind, p.root_cause) or verifiable(p)
             if why:

@@ -8,6 +8,9 @@ full before anything listens (pure but for reading the environment's secret).
       session_ttl: 8h                          # a sign-in lasts at most this long
       session_idle: 30m                        # ... and ends after this long unused
       login_attempts: 10                       # sign-ins started per client and minute
+      publish_interval: 30s                    # the queue's metrics and pages published
+      shutdown_wait: 10m                       # on SIGTERM/^C: how long running approvals
+                                               # may take to finish (a second signal: now)
       oidc:
         issuer: https://idp.example.org/realms/ops   # its /.well-known/openid-configuration
         client_id: runbook-desk
@@ -88,6 +91,10 @@ class DeskSettings:
     #: cookies without `Secure`: only for plain HTTP on the loopback (tests, a laptop)
     insecure_http: bool = False
     page_size: int = 50
+    #: seconds between two passes of the desk's publisher (runbook.desk.publisher)
+    publish_interval: float = 30.0
+    #: on SIGTERM/^C, how long the approvals running may take to finish before it stops
+    shutdown_wait: float = 600.0
 
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
@@ -191,6 +198,8 @@ def load(
         "trusted_header",
         "allow",
         "page_size",
+        "publish_interval",
+        "shutdown_wait",
     }
     unknown = set(raw) - known
     if unknown:
@@ -230,6 +239,12 @@ def load(
         login_attempts=attempts,
         insecure_http=insecure_http,
         page_size=page_size,
+        publish_interval=parse_duration(
+            raw.get("publish_interval", "30s"), what=f"{where}.publish_interval"
+        ),
+        shutdown_wait=parse_duration(
+            raw.get("shutdown_wait", "10m"), what=f"{where}.shutdown_wait"
+        ),
     )
 
 

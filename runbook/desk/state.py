@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, Response
 from runbook.config import Config
 from runbook.desk.filters import FILTERS
 from runbook.desk.policy import Identity
+from runbook.desk.publisher import Publisher
 from runbook.desk.runs import Runs
 from runbook.desk.sessions import RateLimit, Session, Sessions
 from runbook.desk.settings import DeskSettings
@@ -33,6 +34,8 @@ class DeskApp:
     sessions: Sessions
     logins: RateLimit
     runs: Runs = field(default_factory=Runs)
+    #: the queue's metrics and notices, published in a thread of the desk's own
+    publisher: Publisher | None = None
     oidc: Any = None
     templates: jinja2.Environment = field(default_factory=lambda: _templates())
     #: the audit chain's verification, kept while the log is unchanged (size, mtime)

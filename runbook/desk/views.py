@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -219,6 +220,17 @@ def _back(pid: str) -> Response:
     return RedirectResponse(f"/p/{pid}#run", status_code=303)
 
 
+def _started(
+    request: Request, app: DeskApp, run: runs.Run, body: Callable[[runs.Run], str]
+) -> Response:
+    """Start `run` in a worker thread and go back to its page; refused while stopping."""
+    try:
+        app.runs.start(run, body)
+    except runs.Stopping as exc:
+        return refuse(request, 503, exc.one_line())
+    return _back(run.pid)
+
+
 def approve(request: Request, session: Session, form: dict[str, str]) -> Response:
     """Approve: what `runbook approvals approve` runs (the two-person rule included: the
     Desk records this approval and refuses while a second person is needed), in a worker
@@ -228,8 +240,8 @@ def approve(request: Request, session: Session, form: dict[str, str]) -> Respons
     who = session.identity
     assert who is not None
     policy = app.settings.policy
-    app.runs.start(runs.Run(pid, "approve", who.name), runs.approve(app.config, policy, who))
-    return _back(pid)
+    body = runs.approve(app.config, policy, who, app.publisher)
+    return _started(request, app, runs.Run(pid, "approve", who.name), body)
 
 
 def deny(request: Request, session: Session, form: dict[str, str]) -> Response:
@@ -240,8 +252,10 @@ def deny(request: Request, session: Session, form: dict[str, str]) -> Response:
     reason = " ".join(form.get("reason", "").split())
     if not reason:
         return refuse(request, 400, "a denial needs a reason")
+    if app.runs.closing:
+        return refuse(request, 503, "the desk is stopping: it takes no new decision")
     try:
-        with runs.WebDesk(app.config, who, app.settings.policy) as web:
+        with runs.WebDesk(app.config, who, app.settings.policy, app.publisher) as web:
             web.deny(pid, reason=reason, as_user=who.name)
     except RunbookError as exc:
         return refuse(request, 409, exc.one_line())
@@ -269,13 +283,12 @@ def preview(request: Request, session: Session, form: dict[str, str]) -> Respons
 
         console = run.console()
         console.print(f"check mode of {pid} (changes nothing)")
-        with runs.WebDesk(app.config, who, app.settings.policy) as d:
+        with runs.WebDesk(app.config, who, app.settings.policy, app.publisher) as d:
             result = d.preview(pid, on_task=task_printer(console))
         print_diff(console, result.diff_text(), ok=result.ok)
         return "checked" if result.ok else "check failed"
 
-    app.runs.start(runs.Run(pid, "preview", who.name), body)
-    return _back(pid)
+    return _started(request, app, runs.Run(pid, "preview", who.name), body)
 
 
 def verify(request: Request, session: Session, form: dict[str, str]) -> Response:
@@ -283,10 +296,8 @@ def verify(request: Request, session: Session, form: dict[str, str]) -> Response
     pid = request.path_params["pid"]
     who = session.identity
     assert who is not None
-    app.runs.start(
-        runs.Run(pid, "verify", who.name), runs.verify(app.config, app.settings.policy, who)
-    )
-    return _back(pid)
+    body = runs.verify(app.config, app.settings.policy, who, app.publisher)
+    return _started(request, app, runs.Run(pid, "verify", who.name), body)
 
 
 # ------------------------------------------------------------------------------ audit

@@ -125,15 +125,18 @@ def start_desk(
     args: tuple[str, ...] = (),
     scheme: str = "http",
     verify: Any = True,
+    sections: dict[str, Any] | None = None,
+    env_extra: dict[str, str] | None = None,
 ) -> DeskServer:
-    """`runbook desk serve` in its own process, its state and config under `root`; returns
+    """`runbook desk serve` in its own process, its state and config under `root` (`sections`:
+    more of the config than its desk section; `env_extra`: more of its environment); returns
     once it answers /healthz."""
     port = free_port()
     root.mkdir(parents=True, exist_ok=True)
     url = f"{scheme}://127.0.0.1:{port}"
     config = root / "config.yaml"
-    config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}}))
-    env = cli_env(root)
+    config.write_text(yaml.safe_dump({"desk": {"base_url": url, **desk}, **(sections or {})}))
+    env = {**cli_env(root), **(env_extra or {})}
     env.pop("AUTHLIB_INSECURE_TRANSPORT", None)
     argv = [sys.executable, "-m", "runbook", "desk", "serve", "--listen", f"127.0.0.1:{port}",
             "--config", str(config), *(["--insecure-http"] if insecure else []), *args]  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -83,15 +82,76 @@ def test_a_notices_link_opens_the_proposal_on_the_desk_and_a_denial_there_resolv
         app = desk_app.build(config, desk_settings.load(DESK, source=str(path), base_url=None,
                                                         insecure_http=True))  # fmt: skip
         page, denied, took = asyncio.run(deny_on_the_desk(app, pid, link))
-        assert (page, denied) == (200, 303)
-        assert took < 1.0, took
-        for thread in threading.enumerate():
-            if thread.name == f"runbook-resolve-{pid}":
-                thread.join(15)
-        assert [p for p in pagerduty.problems if p] == []
-        resolve = pagerduty.accepted[-1]
-        assert resolve["event_action"] == "resolve"
-        assert resolve["dedup_key"] == trigger["dedup_key"]
+        try:
+            assert (page, denied) == (200, 303)
+            assert took < 1.0, took
+            resolve = wait_for(lambda: resolves(pagerduty), 15)
+            assert [p for p in pagerduty.problems if p] == []
+            assert resolve[0]["dedup_key"] == trigger["dedup_key"]
+        finally:
+            app.state.desk.publisher.stop()
+
+
+def resolves(pagerduty: rx.Receiver) -> list[Any]:
+    return [a for a in pagerduty.accepted if a["event_action"] == "resolve"]
+
+
+def wait_for(found: Any, timeout: float) -> Any:
+    """`found()`'s first truthy answer, asked every 0.1 s for `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        answer = found()
+        if answer:
+            return answer
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s")
+
+
+def test_a_denial_on_the_desk_never_waits_on_a_receiver_that_hangs_and_the_page_resolves_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue owes Slack more than the resolve (a proposal queued since the last publish):
+    the desk publishes in its own thread, so the denial answers at once, and PagerDuty's
+    resolve arrives once the publisher has given up on Slack."""
+    with rx.receiver("pagerduty") as pagerduty, rx.receiver("slack") as slack:
+        db = tmp_path / "approvals.db"
+        path = tmp_path / "config.yaml"
+        path.write_text(json.dumps({
+            "approvals": {"db": str(db)},
+            "desk": DESK,
+            "notify": {"slack": {"webhook_url": slack.url}, "pagerduty": {"url": pagerduty.url},
+                       "timeout": "1s"},
+        }))  # fmt: skip
+        monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
+        config = config_mod.load(path)
+        pid = enqueue(db)
+        with Store(str(db)) as store:
+            assert publish(config, store).notices_sent == 2
+        (trigger,) = pagerduty.accepted
+        with Store(str(db)) as store:  # queued since: owed a page everywhere
+            store.enqueue(
+                key="gpu-node-08:shm-size-limit", kind="shm-size-limit", remedy="shm-size-limit",
+                summary="raise /dev/shm", params={}, evidence={}, source="sweep", ttl=86400,
+                node="gpu-node-08", root_cause="shm-exhausted",
+            )  # fmt: skip
+        slack.mode = "hang"
+        app = desk_app.build(config, desk_settings.load(DESK, source=str(path), base_url=None,
+                                                        insecure_http=True))  # fmt: skip
+        try:
+            started = time.monotonic()
+            page, denied, took = asyncio.run(
+                deny_on_the_desk(app, pid, trigger["links"][0]["href"])
+            )
+            assert (page, denied) == (200, 303)
+            assert took < 1.0, took
+            (resolve,) = wait_for(lambda: resolves(pagerduty), 20)
+            assert resolve["dedup_key"] == trigger["dedup_key"]
+            assert time.monotonic() - started > 1.0  # after Slack's attempts, not before
+            with Store(str(db)) as store:
+                assert store.get(pid).state == "denied"
+        finally:
+            slack.release.set()
+            app.state.desk.publisher.stop()
 
 
 def test_a_page_and_the_desk_row_it_opens_name_the_same_severity(
