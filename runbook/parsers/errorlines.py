@@ -33,9 +33,11 @@ SEVERITY_KEYWORDS = (":crit", ":alert", ":emerg", "<0>[", "<1>[", "<2>[")
 #: runbooks collect, shows none
 _SHOWS_SEVERITY = re.compile(r"^(?:[a-z]+\s*:[a-z]+\s*: |<\d>\[)")
 
+#: the drivers a training job's GPUs and fabric go through; not the display's (`nvidia-modeset:
+#: ERROR: GPU:0: Idling display engine timed out` is common on a healthy headless node)
 _DRIVER = re.compile(
-    r"^(?:NVRM|nvidia(?:-[a-z]+)?|mlx[45]_(?:core|ib)|ib_(?:core|uverbs|ipoib)|infiniband"
-    r"|nv_peer_mem|nvidia_peermem|nvidia-fs|efa|irdma)\b"
+    r"^(?:NVRM|nvidia(?:-(?:nvlink|uvm|peermem|fs|nvswitch\d*))?|nvidia_peermem|nv_peer_mem"
+    r"|mlx[45]_(?:core|ib)|ib_(?:core|uverbs|ipoib)|infiniband|efa|irdma)(?![\w-])"
 )
 _FAILED = re.compile(r"\b(?:failed|Failed|timed out)\b|\bNV_ERR_[A-Z_]+")
 _SEVERE = re.compile(r"^(?:[a-z]+\s*:(?:crit|alert|emerg)\s*: |<[0-2]>\[)")

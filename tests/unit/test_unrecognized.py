@@ -156,6 +156,8 @@ def test_a_healthy_node_with_driver_output_a_storm_and_firmware_errors_stays_hea
         ("[ 5.1] pcieport 0000:00:01.0: AER: Corrected error received: 0000:1b:00.0", False),
         ("kern  :err   : [ 5.1] ACPI BIOS Error (bug): Could not resolve symbol", False),
         ("[ 5.1] systemd[1]: Failed to start Load Kernel Modules.", False),
+        ("[ 5.1] nvidia-modeset: ERROR: GPU:0: Idling display engine timed out", False),
+        ("[ 5.1] nvidia-nvlink: nvlink_lib_initialize: failed to register link", True),
     ],
 )
 def test_which_kernel_lines_are_error_lines_no_signature_names(raw: str, is_error: bool) -> None:
