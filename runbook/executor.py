@@ -113,6 +113,8 @@ class _Prober:
         self.token = framing.new_token()
         self._run = _guarded(transport)
         self._batch = transport if isinstance(transport, BatchTransport) else None
+        #: a transport may take larger batches (kubectl exec: a burst is one exec)
+        self._batch_size = int(getattr(transport, "batch_size", BATCH_SIZE))
         self._max = max(1, max_parallel)
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: dict[tuple[str, str], Future[CommandResult]] = {}
@@ -130,7 +132,7 @@ class _Prober:
         if self._batch is None or len(probes) < 2:
             return [self._submit(probe) for probe in probes]
         futures: list[Future[CommandResult]] = [Future() for _ in probes]
-        lanes = min(self._max, math.ceil(len(probes) / BATCH_SIZE))
+        lanes = min(self._max, math.ceil(len(probes) / self._batch_size))
         for lane in range(lanes):
             self._send_batch(list(probes[lane::lanes]), futures[lane::lanes])
         return futures

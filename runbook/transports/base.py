@@ -174,6 +174,8 @@ def batch_of(wrapper: object, inner: Transport) -> None:
     for the attribute)."""
     if isinstance(inner, BatchTransport):
         wrapper.run_batch = wrapper._run_batch  # type: ignore[attr-defined]
+        if hasattr(inner, "batch_size"):  # the probes it takes in one batch (executor)
+            wrapper.batch_size = inner.batch_size  # type: ignore[attr-defined]
 
 
 def decode(data: bytes | bytearray) -> str:

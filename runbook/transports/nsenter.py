@@ -132,6 +132,11 @@ class KubectlTransport:
 
     #: the node's name when the target named the node (`kubectl://node/NAME`)
     node_name: str | None = None
+    #: a burst of up to this many probes is one exec (the executor's batches; a script larger
+    #: than batch.MAX_SCRIPT_BYTES still goes as two): each exec is a process start here and
+    #: an API request, where an SSH channel is neither (measured, one node's walk: 16 a batch,
+    #: 5 execs, 0.57 s; 64, 3 to 4 execs, 0.49 to 0.54 s)
+    batch_size = 64
 
     def __init__(
         self,
