@@ -233,8 +233,10 @@ def sweep(
     runbook sweep nccl-init-failure --kube-selector nvidia.com/gpu.present=true --shard 2/8
     runbook sweep nccl-init-failure -i inventory/ --report /var/lib/sweeps/nightly --resume
     """
+    from runbook.cli.signatures import use_signatures
     from runbook.session import run_sweep_session, sweep_fleet
 
+    use_signatures(ctx, None)  # the config's signatures.user_catalog, if it names one
     request = _sweep_request(runbook_ref, shard, var_items, flags)
     with sweep_fleet(request, _earlier_sweep, on_close=ctx.call_on_close) as session:
         cfg = load_config(ctx, db=db)
@@ -394,9 +396,11 @@ def analyze_dir(
     """Analyse every evidence bundle in DIRECTORY (HOST.tar.gz as playbooks/collect.yml fetches
     them, or HOST/ bundle directories) and write the same reports as `sweep`. Proposals are
     reported, not queued: a bundle is not a live node to plan against."""
+    from runbook.cli.signatures import use_signatures
     from runbook.spec import load_file, resolve
     from runbook.sweep.analyze import analyze_dir as analyze
 
+    use_signatures(ctx, None)  # the config's signatures.user_catalog, if it names one
     runbook = load_file(resolve(runbook_ref))
     out = Path(report_dir) if report_dir else _default_report_dir("analyze", runbook.id)
     result = analyze(

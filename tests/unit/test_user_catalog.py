@@ -226,3 +226,18 @@ def test_user_entries_are_tried_before_the_shipped_ones(tmp_path: Path) -> None:
     signatures.use_user_catalog(path)
     assert signatures.catalog().classify(PEER).id == "quiet-peer"  # type: ignore[union-attr]
     assert signatures.user_catalog_path() == str(path)
+
+
+def test_analyze_dir_reads_every_bundle_with_the_configured_user_catalog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fleet = tmp_path / "fleet"
+    fleet.mkdir()
+    bundle(tmp_path).rename(fleet / "gpu-node-1")
+    catalog(tmp_path, GOOD.replace("role: cause\n    cause: gpu-hardware", "role: context"))
+    config = tmp_path / "config.yaml"
+    config.write_text("signatures:\n  user_catalog: mine.yaml\n")
+    args = ["--config", str(config), "analyze-dir", str(fleet), "--report", str(tmp_path / "r")]
+    main([*args, "--format", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert [h["root_cause"] for h in report["hosts"]] == ["rdma-misconfigured"]
