@@ -408,7 +408,10 @@ class DebugPodTransport(KubectlTransport):
             raise
 
     def close(self) -> None:
+        """Stop what runs in the pod, then delete it from a thread of its own: the command
+        goes on with its report meanwhile, and does not exit before the delete is done (the
+        thread is not a daemon: the interpreter waits for it, as for the registry's at exit)."""
         try:
             super().close()
         finally:
-            self.debug_pod.delete()
+            threading.Thread(target=self.debug_pod.delete, name="delete-debug-pod").start()
