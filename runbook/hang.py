@@ -16,10 +16,13 @@ sequence number):
 - members with no evidence at all (their node not read) leave it open: no cause, and what is
   missing is named.
 
-Without dumps the watchdog lines decide (a desync report's lagging ranks, a DETAIL fingerprint
-mismatch, two ranks timing out in the same number with another op or size, ranks that logged
-no timeout while the others did), without either the stacks (ranks in a collective and ranks
-not in one), and last NCCL RAS (ranks missing from a communicator, or behind its count).
+Without dumps, the report of PyTorch's own analyser of them (`fr_trace`) where an operator
+left it beside them (the ranks it found missing from a collective, or the culprits that called
+it with another op, size or dtype); then the watchdog lines (a desync report's lagging ranks, a
+DETAIL fingerprint mismatch, two ranks timing out in the same number with another op or size,
+ranks that logged no timeout while the others did; one rank's timeout alone names no cause);
+without either the stacks (ranks in a collective and ranks not in one), and last NCCL RAS
+(ranks missing from a communicator, or behind its count).
 The node's parser (`hang`) and the job merge (`runbook.job.hang`) both call
 `analyse`: one node sees its own ranks, the job all of them.
 """
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runbook.causal import parse_time
+from runbook.parsers.flight_recorder import DESYNC_ERRORS
 
 CAUSES = ("collective-desync", "rank-stalled", "collective-hung")
 
@@ -555,6 +559,9 @@ def _from_watchdog(
             "evidence": [seen[r] for r in silent] + [first[timed_out[0]]],
             "confidence": "medium",
         }
+    if len(timed_out) < 2:
+        # one rank's own timeout says it waited, not that the others were in it too
+        return None
     return {
         "basis": "watchdog",
         "cause": "collective-hung",
@@ -638,18 +645,68 @@ def _from_ras(ras: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
+def _from_fr_report(
+    views: Mapping[int, RankView], reports: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """PyTorch's own analyser of the dumps (`fr_trace`), when its report is all there is: the
+    first collective it names with ranks missing (stalled) or culprits that called it
+    differently (desync). A state mismatch alone names no cause."""
+    for report in reports:
+        where = _pg_text(str(report.get("pg", "?")), str(report.get("pg_desc") or ""))
+        what = f"{report.get('op', '?')} #{report.get('seq')} of {where}"
+        evidence = [{k: report.get(k) for k in ("source", "line", "text")} | {"time": None}]
+        missing = sorted(int(r) for r in report.get("missing_ranks") or [])
+        if missing:
+            return {
+                "basis": "fr_trace",
+                "cause": "rank-stalled",
+                "seq": report.get("seq"),
+                "statement": "PyTorch's flight recorder analyser (fr_trace): "
+                f"{_ranks_text(missing)} never joined {what}",
+                "stalled_ranks": [
+                    {
+                        "rank": r,
+                        "node": views[r].node if r in views else None,
+                        "since": None,
+                        "stack": views[r].stack if r in views else [],
+                    }
+                    for r in missing
+                ],
+                "evidence": evidence,
+            }
+        culprits = [c for c in report.get("culprits") or [] if c.get("error") in DESYNC_ERRORS]
+        if culprits:
+            calls = "; ".join(
+                f"rank {c['rank']}: {c['error']}" + (f" ({c['detail']})" if c.get("detail") else "")
+                for c in culprits
+            )
+            return {
+                "basis": "fr_trace",
+                "cause": "collective-desync",
+                "seq": report.get("seq"),
+                "statement": f"PyTorch's flight recorder analyser (fr_trace) found {what} "
+                f"(input sizes {report.get('input_sizes')}, {report.get('state')}) called "
+                f"differently by {_ranks_text([int(c['rank']) for c in culprits])}: {calls}",
+                "evidence": evidence,
+            }
+    return None
+
+
 def analyse(
     views: Mapping[int, RankView],
     watchdog: Mapping[str, Any] | None = None,
     *,
     now: Any = None,
     ras: Mapping[str, Any] | None = None,
+    fr_reports: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
     """The hang's cause from every rank's view (see the module docstring): a mapping with
     `cause` (one of CAUSES, or None), `statement`, `evidence` (the earliest of the culprit's
-    first) and, for a stalled rank, `stalled_ranks`. `now` is when the evidence was read."""
+    first) and, for a stalled rank, `stalled_ranks`. `now` is when the evidence was read;
+    `fr_reports` are fr_trace's reports found beside the dumps."""
     result = (
         _from_flight_recorder(views, now)
+        or _from_fr_report(views, fr_reports)
         or _from_watchdog(views, watchdog or {}, now)
         or _from_stacks(views, now)
         or _from_ras(ras or {})

@@ -13,6 +13,15 @@ a mapping of name to rank list), 2.2-2.4 (2.5: ``collective_seq_id``/``p2p_seq_i
 (2.6 to today: ``is_p2p``, ``comm_lib_version``, ``thread_name``, ``time_discovered_*``).
 A key a version lacks is simply absent from the facts.
 
+A file of ``fr/`` may also be the report of PyTorch's own analyser of those dumps (``fr_trace``,
+``torchfrtrace``), as an operator ran it: ``Collective 39 at entry 38 errors`` (2.5-2.6) or
+``Collective sequence number: 39 has errors``, ``Not all ranks joining collective, sequence
+number: 5`` (later), then ``group info: 0:default_pg``, ``collective: nccl:all_reduce``, ``missing
+ranks: {1}``, ``input sizes: [[8]]``, ``expected ranks: {…}``, ``collective state: scheduled`` and
+``error msg: Culprit rank 22; Error type: SIZE_OR_SYNTAX_MISMATCH, …``. Each such report is
+read into `analyses` (the collective, its group, the ranks missing and the culprits with their
+error types); it is no dump, and not unreadable.
+
 A pickle is never loaded with `pickle.load`: the bytes are first checked opcode by opcode
 against the plain-container set (dict, list, tuple, str, bytes, int, float, bool, None; no
 GLOBAL, REDUCE, BUILD, INST, OBJ, NEWOBJ, PERSID, sets or buffers), and the unpickler that then
@@ -43,6 +52,8 @@ MAX_DUMP_BYTES = 64 * 1024 * 1024
 KEEP_ENTRIES = 6
 #: frames kept per entry (innermost first)
 KEEP_FRAMES = 12
+#: collectives kept from fr_trace's reports
+MAX_REPORTS = 50
 #: containers and scalars visited when a dump is turned into plain data (a pickle's memo can
 #: make a small file stand for a huge shared graph)
 MAX_NODES = 2_000_000
@@ -294,15 +305,88 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
     return facts
 
 
+# ---- fr_trace's report ---------------------------------------------------------------------
+
+_REPORT_HEAD = re.compile(
+    r"^(?:Collective (?P<a>\d+) at entry \d+ errors?"
+    r"|Not all ranks joining collective(?:,? sequence number:)? (?P<b>\d+)"
+    r"(?: at entry \d+)?"
+    r"|Collective sequence number: (?P<c>\d+) has errors"
+    r"|Input/output mismatch in the collective(?: sequence number:)? (?P<d>\d+)(?: at entry \d+)?)"
+)
+_REPORT_FIELD = re.compile(r"^(?P<key>[a-z][a-z ]{2,30}): (?P<value>.*)$")
+_CULPRIT = re.compile(
+    r"Culprit rank (?P<rank>\d{1,7}); Error type: (?P<type>[A-Z_]+)(?:, (?P<detail>.*?))?"
+    r"(?=, Culprit rank \d+;|$)"
+)
+#: the analyser's error types that mean the ranks called the collective differently
+DESYNC_ERRORS = frozenset(
+    {"COLLECTIVE_TYPE_MISMATCH", "SIZE_OR_SYNTAX_MISMATCH", "COLLECTIVE_DTYPE_MISMATCH"}
+)
+
+
+def parse_report(name: str, text: str) -> list[dict[str, Any]]:
+    """The collectives an `fr_trace` report names, each with its line, sequence number, group,
+    op, sizes, state, the ranks missing from it and the culprits the analyser blames."""
+    reports: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if m := _REPORT_HEAD.match(line):
+            seq = next(
+                int(g) for g in (m.group("a"), m.group("b"), m.group("c"), m.group("d")) if g
+            )
+            kind = "missing" if m.group("b") else "io-mismatch" if m.group("d") else "errors"
+            current = {"source": name, "line": number, "text": line[:300], "seq": seq,
+                       "kind": kind, "missing_ranks": [], "culprits": []}  # fmt: skip
+            if len(reports) < MAX_REPORTS:
+                reports.append(current)
+            continue
+        if current is None or not (m := _REPORT_FIELD.match(line)):
+            continue
+        key, value = m.group("key"), m.group("value").strip()
+        if key == "group info":
+            pg, _, desc = value.partition(":")
+            current["pg"], current["pg_desc"] = pg.strip(), desc.strip()
+        elif key == "collective":
+            current["op"] = op_name(value)
+        elif key in ("input sizes", "output sizes"):
+            current[key.replace(" ", "_")] = value[:300]
+        elif key == "missing ranks":
+            current["missing_ranks"] = _ranks(value) or []
+        elif key == "expected ranks":
+            current["expected_ranks"] = len(_ranks(value) or [])
+        elif key == "collective state":
+            current["state"] = value[:40]
+        elif key == "error msg":
+            current["culprits"] = [
+                {"rank": int(c.group("rank")), "error": c.group("type"),
+                 "detail": (c.group("detail") or "")[:300]}
+                for c in _CULPRIT.finditer(value)
+            ][:100]  # fmt: skip
+    return reports
+
+
+def is_report(text: str) -> bool:
+    """Whether a file of fr/ is fr_trace's report (its first lines name a collective)."""
+    return any(_REPORT_HEAD.match(line.strip()) for line in text.splitlines()[:50])
+
+
 @register("flight_recorder", "PyTorch flight recorder dumps (fr/*, JSON or base64 pickle)")
 def flight_recorder_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     dumps = []
+    analyses: list[dict[str, Any]] = []
     for name, result in sorted(files.items()):
         if name.startswith(PREFIX) and is_collected(result) and result.text().strip():
-            dumps.append(parse_dump(name, result.text()))
+            text = result.text()
+            if not text.lstrip().startswith("{") and is_report(text):
+                analyses.extend(parse_report(name, text))
+            else:
+                dumps.append(parse_dump(name, text))
     return {
-        "collected": bool(dumps),
+        "collected": bool(dumps or analyses),
         "dumps": dumps,
+        "analyses": analyses[:MAX_REPORTS],
         "ranks": sorted({d["rank"] for d in dumps if d.get("rank") is not None}),
         "unreadable": [{"source": d["source"], "why": d["error"]} for d in dumps if "error" in d],
     }

@@ -64,7 +64,9 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         view = views.get(process["rank"])
         if view is not None and view.pid is None:
             view.pid = process["pid"]
-    result = hang.analyse(views, dog, now=_now(context), ras=ras)
+    result = hang.analyse(
+        views, dog, now=_now(context), ras=ras, fr_reports=fr.get("analyses") or []
+    )
     collected = bool(fr["collected"] or spy["collected"] or dog.get("timeouts") or processes)
     return {
         "collected": collected,
@@ -78,11 +80,20 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         "analysis": {k: v for k, v in result.items() if k not in ("evidence", "statement")},
         "views": [v.to_json() for _, v in sorted(views.items())],
         "processes": processes,
-        "fr": {k: fr[k] for k in ("collected", "ranks", "unreadable")},
+        "fr": {k: fr[k] for k in ("collected", "ranks", "unreadable", "analyses")},
         "pyspy": {
             "collected": spy["collected"],
             "ranks": sorted({d["rank"] for d in spy["dumps"] if d.get("rank") is not None}),
             "not_read": spy["not_read"],
+            # every stack read, a rank's or not (a dump named by its pid alone has no rank)
+            "stacks": [
+                {
+                    **{k: d.get(k) for k in ("source", "rank", "pid")},
+                    "collective": (d.get("main") or {}).get("collective"),
+                    "stack": (d.get("main") or {}).get("stack") or [],
+                }
+                for d in spy["dumps"][:64]
+            ],
         },
         "watchdog": {
             k: dog.get(k) or []

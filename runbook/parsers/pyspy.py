@@ -5,6 +5,16 @@ Both forms py-spy prints: the text (``Process 4711: python train.py`` / ``Thread
 ``--native`` C/C++ frames interleave, and ``--locals`` adds indented ``name = value`` lines,
 which are skipped) and ``--json`` (a list of threads with their ``frames``).
 
+And the form Python's own faulthandler prints (``faulthandler.dump_traceback``, or on a fatal
+signal: ``Fatal Python error: Aborted`` when PyTorch's watchdog aborts a rank whose job enabled
+faulthandler, as sglang and vLLM do): ``Thread 0x00007fe403b964c0 (most recent call first):``
+(``Current thread 0x…``, or ``Stack (most recent call first):`` for one thread), then
+``  File "/path/f.py", line 2425 in broadcast`` per frame, innermost first. Threads have no
+names there: the main thread is the one whose outermost frame is ``<module>``, else the last
+one listed (faulthandler lists the newest thread first). Such stacks are read from a
+``pyspy/`` file and from the ranks' logs (``app/``, ``nccl/``), where a rank that aborted
+printed them; a log's stack belongs to the rank its file name or its ``[rankN]:`` lines name.
+
 The file's name says which process it is: ``pyspy/rank-R.pid-P.txt`` as the runbook writes
 it (or ``pyspy/P.txt``). Pure: no I/O.
 """
@@ -13,10 +23,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from runbook.parsers._common import is_collected
+from runbook.parsers._common import files_under, is_collected
+from runbook.parsers.applog import rank_from_name
 from runbook.parsers.registry import Files, register
 
 PREFIX = "pyspy/"
@@ -31,6 +42,15 @@ _THREAD = re.compile(
 )
 _FRAME = re.compile(r"^ {4}(?P<name>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)\s*$")
 _NAME = re.compile(r"(?:rank-(?P<rank>\d{1,7})\.)?(?:pid-)?(?P<pid>\d{1,10})\.(?:txt|json)$")
+#: faulthandler's thread header and frame, anywhere in a line (a log prefix may come first);
+#: a Python traceback's `File "f.py", line 3, in name` (a comma before `in`) is no frame here
+_FH_THREAD = re.compile(
+    r"(?:(?P<current>Current thread)|Thread|Stack)(?: (?P<tid>0x[0-9A-Fa-f]+))? "
+    r"\(most recent call first\):\s*$"
+)
+_FH_FRAME = re.compile(r'File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<name>[^\s,]\S*)\s*$')
+_RANK_TAG = re.compile(r"\[rank(\d{1,7})\]:")
+LOG_SOURCES = ("app/", "nccl/")
 #: where a rank waits when it is inside a collective: the c10d call and its backends
 COLLECTIVE_FILES = ("distributed_c10d.py", "c10d_logger.py", "_functional_collectives.py")
 
@@ -71,6 +91,53 @@ def parse_text(text: str) -> dict[str, Any]:
     return facts
 
 
+def _faulthandler_blocks(
+    lines: Iterable[str], tags: set[int] | None = None
+) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Each run of faulthandler thread dumps in `lines`: (its first line number, its threads).
+    A run ends at the first line that is neither a thread header, a frame, nor blank. The
+    `[rankN]:` tags of the lines are added to `tags` when it is given (one pass over a log)."""
+    blocks: list[tuple[int, list[dict[str, Any]]]] = []
+    threads: list[dict[str, Any]] | None = None
+    start = 0
+    for number, raw in enumerate(lines, 1):
+        if tags is not None and len(tags) < 2 and (tag := _RANK_TAG.search(raw[:200])):
+            tags.add(int(tag.group(1)))
+        if m := _FH_THREAD.search(raw):
+            if threads is None:
+                threads, start = [], number
+                blocks.append((start, threads))
+            if len(threads) < KEEP_THREADS:
+                threads.append(
+                    {
+                        "id": m.group("tid") or "?",
+                        "state": "current" if m.group("current") else "",
+                        "name": "",
+                        "frames": [],
+                    }
+                )
+            continue
+        if threads is not None and (m := _FH_FRAME.search(raw)):
+            frames = threads[-1]["frames"] if threads else []
+            if len(frames) < KEEP_FRAMES:
+                frames.append(
+                    {**_frame(m.group("name"), m.group("file"), int(m.group("line"))), "at": number}
+                )
+            continue
+        if threads is not None and raw.strip():
+            threads = None
+    return [(at, found) for at, found in blocks if found]
+
+
+def parse_faulthandler(text: str) -> dict[str, Any]:
+    """Python's faulthandler dump (every run of thread dumps in the text, read as one
+    process's threads): threads with frames, innermost first, in the order listed."""
+    threads: list[dict[str, Any]] = []
+    for _, found in _faulthandler_blocks(text.splitlines()):
+        threads.extend(found)
+    return {"threads": threads[:KEEP_THREADS], "form": "faulthandler"}
+
+
 def parse_json(text: str) -> dict[str, Any]:
     """A `--json` dump (a list of threads, each with pid and frames)."""
     data = json.loads(text)
@@ -107,7 +174,9 @@ def parse_json(text: str) -> dict[str, Any]:
 
 
 def main_thread(facts: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The thread named MainThread, else the one whose id is the pid, else the first."""
+    """The thread named MainThread, else the one whose id is the pid, else (faulthandler's
+    unnamed threads) the one whose outermost frame is `<module>` or the last one listed, else
+    the first."""
     threads = [t for t in facts.get("threads") or [] if isinstance(t, Mapping)]
     for thread in threads:
         if thread.get("name") == "MainThread":
@@ -116,6 +185,12 @@ def main_thread(facts: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for thread in threads:
         if str(thread.get("id")) == str(pid):
             return thread
+    if facts.get("form") == "faulthandler" and threads:
+        for thread in threads:
+            frames = list(thread.get("frames") or [])
+            if frames and frames[-1].get("name") == "<module>":
+                return thread
+        return threads[-1]
     return threads[0] if threads else None
 
 
@@ -151,7 +226,14 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
     body = text.strip()
     facts: dict[str, Any]
     try:
-        facts = parse_json(body) if body.startswith("[") else parse_text(body)
+        if body.startswith("["):
+            facts = parse_json(body)
+        elif not _PROCESS.search(body.split("\n", 1)[0]) and any(
+            _FH_THREAD.search(line) for line in body.splitlines()
+        ):
+            facts = parse_faulthandler(body)
+        else:
+            facts = parse_text(body)
     except ValueError as err:
         facts = {"threads": [], "error": f"not py-spy JSON: {err}"}
     facts["source"] = name
@@ -160,6 +242,13 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
         facts.setdefault("pid", int(named.group("pid")))
         if named.group("rank") is not None:
             facts["rank"] = int(named.group("rank"))
+    _add_main(facts)
+    if "main" not in facts and "error" not in facts:
+        facts["error"] = " ".join(body.splitlines()[-1:])[:200] or "empty"
+    return facts
+
+
+def _add_main(facts: dict[str, Any]) -> None:
     main = main_thread(facts)
     if main is not None:
         frames = list(main.get("frames") or [])
@@ -171,14 +260,38 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
             # the line of the dump where its innermost frame is
             "line": frames[0].get("at") if frames else None,
         }
-    elif "error" not in facts:
-        facts["error"] = " ".join(body.splitlines()[-1:])[:200] or "empty"
-    return facts
+
+
+def log_dumps(name: str, lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The faulthandler dumps a rank's log holds (one per run of thread dumps), each with
+    the rank the file's name gives, else the one rank its `[rankN]:` lines name."""
+    tagged: set[int] = set()
+    blocks = _faulthandler_blocks(lines, tagged)
+    if not blocks:
+        return []
+    rank = rank_from_name(name)
+    if rank is None and len(tagged) == 1:
+        rank = tagged.pop()
+    dumps = []
+    for at, threads in blocks:
+        facts: dict[str, Any] = {
+            "threads": threads, "form": "faulthandler", "source": name, "line": at,
+        }  # fmt: skip
+        if rank is not None:
+            facts["rank"] = rank
+        _add_main(facts)
+        dumps.append(facts)
+    return dumps
 
 
 @register("pyspy", "`py-spy dump` of live rank processes (pyspy/*, text or --json)")
 def pyspy_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
     dumps = []
+    # a log's stacks first: a live process's dump of the same rank, read later, is newer
+    for prefix in LOG_SOURCES:
+        for name, result in files_under(files, prefix):
+            if is_collected(result):
+                dumps.extend(log_dumps(name, result.lines()))
     for name, result in sorted(files.items()):
         if name.startswith(PREFIX) and is_collected(result) and result.text().strip():
             dumps.append(parse_dump(name, result.text()))
