@@ -152,7 +152,7 @@ class SpdyConnection:
                     self._inflate.decompress(body[4:])  # keep the zlib stream in step
                 elif kind == _GOAWAY:
                     break
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):  # ValueError: the handler closed its file
             pass
         finally:
             with self.opened:

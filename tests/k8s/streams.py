@@ -235,7 +235,7 @@ def serve_exec(
                     channel.sendall(data)
                 elif stream == CLOSE and protocol.startswith("v5") and data[:1] == bytes([STDIN]):
                     channel.shutdown_write()
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):  # ValueError: the handler closed its file
             pass
         finally:
             gone.set()
@@ -277,7 +277,7 @@ def serve_attach(ws: WebSocket, pod_gone: Callable[[], bool]) -> None:
         try:
             while ws.receive() is not None:
                 pass
-        except (EOFError, OSError):
+        except (EOFError, OSError, ValueError):  # ValueError: the handler closed its file
             pass
         done.set()
 
