@@ -159,11 +159,16 @@ def _route(path: str) -> _Route | dict[str, Any]:
 
 
 def rbac_attributes(
-    method: str, path: str, query: dict[str, list[str]], upgrade: str = ""
+    method: str,
+    path: str,
+    query: dict[str, list[str]],
+    upgrade: str = "",
+    minor: int = 32,
 ) -> tuple[tuple[str, ...], str, str, str]:
-    """(verbs, resource[/subresource], API group, namespace) a real server authorizes a request
-    by; no verbs for a non-resource URL. A WebSocket upgrade of exec/attach is a GET that a
-    1.31+ server also checks for ``create`` (AuthorizePodWebsocketUpgradeCreatePermission)."""
+    """(verbs, resource[/subresource], API group, namespace) a real server of version 1.MINOR
+    authorizes a request by; no verbs for a non-resource URL. A WebSocket upgrade of
+    exec/attach is a GET, authorized as ``create`` from v1.31 on
+    (AuthorizePodWebsocketUpgradeCreatePermission, on by default), as ``get`` before."""
     try:
         route = _route(path)
     except (ApiError, _NotFoundPage):
@@ -181,7 +186,7 @@ def rbac_attributes(
                 "DELETE": "delete"}.get(method, "")  # fmt: skip
     verbs: tuple[str, ...] = (verb,) if verb else ()
     if upgrade == "websocket" and route.subresource in ("exec", "attach"):
-        verbs = ("get", "create")
+        verbs = ("create",) if minor >= 31 else ("get",)
     return verbs, resource, res.group, route.namespace or ""
 
 
@@ -264,7 +269,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _record_stream(self, method: str, code: int, payload: Any, upgrade: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
-        verbs, resource, group, namespace = rbac_attributes(method, url.path, query, upgrade)
+        minor = int(self.server.double.server_version.get("minor", "32").rstrip("+") or 32)
+        verbs, resource, group, namespace = rbac_attributes(method, url.path, query, upgrade, minor)
         self.server.double._record(
             RecordedRequest(
                 method, url.path, query, "", None, code, self.headers.get("User-Agent") or "",
