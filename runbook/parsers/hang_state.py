@@ -90,6 +90,7 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
                 {
                     **{k: d.get(k) for k in ("source", "rank", "pid")},
                     "collective": (d.get("main") or {}).get("collective"),
+                    "collective_thread": (d.get("main") or {}).get("collective_thread"),
                     "stack": (d.get("main") or {}).get("stack") or [],
                 }
                 for d in spy["dumps"][:64]

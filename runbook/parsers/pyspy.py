@@ -53,6 +53,8 @@ _RANK_TAG = re.compile(r"\[rank(\d{1,7})\]:")
 LOG_SOURCES = ("app/", "nccl/")
 #: where a rank waits when it is inside a collective: the c10d call and its backends
 COLLECTIVE_FILES = ("distributed_c10d.py", "c10d_logger.py", "_functional_collectives.py")
+#: where a main thread waits while autograd's engine runs the backward pass on its own threads
+AUTOGRAD_FILES = ("torch/autograd/__init__.py", "torch/autograd/graph.py")
 
 
 def _frame(name: str, file: str, line: int | None) -> dict[str, Any]:
@@ -260,6 +262,20 @@ def _add_main(facts: dict[str, Any]) -> None:
             # the line of the dump where its innermost frame is
             "line": frames[0].get("at") if frames else None,
         }
+        if facts["main"]["collective"] is None and frames and _in_backward(frames[0]):
+            # the main thread waits for autograd's engine, whose own thread runs the backward
+            # hooks (ZeRO-3's all-gathers, FSDP's reduce-scatters): its collective is the rank's
+            for thread in facts.get("threads") or []:
+                found = in_collective(list(thread.get("frames") or []))
+                if thread is not main and found:
+                    facts["main"]["collective"] = found
+                    facts["main"]["collective_thread"] = thread.get("id")
+                    break
+
+
+def _in_backward(frame: Mapping[str, Any]) -> bool:
+    """Whether a thread's innermost frame is autograd's backward, waiting for its engine."""
+    return str(frame.get("file") or "").endswith(AUTOGRAD_FILES)
 
 
 def log_dumps(name: str, lines: Iterable[str]) -> list[dict[str, Any]]:

@@ -160,3 +160,24 @@ def test_one_ranks_own_timeout_names_no_cause() -> None:
     assert [t["rank"] for t in dog["timeouts"]] == [4]
     result = hang.analyse({}, dog)
     assert result["cause"] is None
+
+
+# ---- a collective on autograd's thread ----------------------------------------------------
+
+
+def test_a_rank_whose_backward_runs_an_all_gather_on_autograds_thread_waits_in_it() -> None:
+    facts = pyspy.parse_dump("pyspy/42.txt", sample("pyspy-accelerate-3104-zero3-backward.txt"))
+    main = facts["main"]
+    assert main["stack"][-1] == "backward (torch/autograd/__init__.py:266)"
+    assert (main["collective"], main["collective_thread"]) == ("all_gather_into_tensor", "4079")
+
+
+def test_another_threads_collective_is_not_the_ranks_unless_its_main_thread_waits_on_it() -> None:
+    # the same threads, the main thread in its data loader instead of in backward
+    dump = sample("pyspy-accelerate-3104-zero3-backward.txt").replace(
+        "    backward (torch/autograd/__init__.py:266)\n",
+        "    get (queue.py:180)\n",
+        1,
+    )
+    main = pyspy.parse_dump("pyspy/42.txt", dump)["main"]
+    assert main["collective"] is None and "collective_thread" not in main
