@@ -238,6 +238,7 @@ async def lifespan(state: DeskApp) -> AsyncIterator[None]:
         await asyncio.to_thread(state.runs.drain, state.settings.shutdown_wait, _say)
         if state.publisher is not None and not state.runs.abandoned.is_set():
             await asyncio.to_thread(state.publisher.stop)
+        state.readers.close()
 
 
 def build(config: Config, settings: DeskSettings) -> Starlette:

@@ -18,6 +18,7 @@ from runbook.config import Config
 from runbook.desk.filters import FILTERS
 from runbook.desk.policy import Identity
 from runbook.desk.publisher import Publisher
+from runbook.desk.readers import Readers
 from runbook.desk.runs import Runs
 from runbook.desk.sessions import RateLimit, Session, Sessions
 from runbook.desk.settings import DeskSettings
@@ -36,10 +37,15 @@ class DeskApp:
     runs: Runs = field(default_factory=Runs)
     #: the queue's metrics and notices, published in a thread of the desk's own
     publisher: Publisher | None = None
+    #: the read-only stores the pages read through, one per worker thread
+    readers: Readers = field(init=False)
     oidc: Any = None
     templates: jinja2.Environment = field(default_factory=lambda: _templates())
     #: the audit chain's verification, kept while the log is unchanged (size, mtime)
     audit_cache: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.readers = Readers(self.config)
 
     @property
     def cookie(self) -> str:

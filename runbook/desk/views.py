@@ -8,6 +8,7 @@ proposal decided from the CLI or another desk shows as decided on the next load.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -22,11 +23,11 @@ from runbook.desk.policy import SEVERITIES, severity_of
 from runbook.desk.state import desk, refuse, render, signed_in
 from runbook.errors import RunbookError
 from runbook.remedies import two_person
-from runbook.remedies.approval import Desk
 
 if TYPE_CHECKING:
     from runbook.desk.sessions import Session
     from runbook.desk.state import DeskApp
+    from runbook.remedies.approval import Desk
     from runbook.remedies.store import QueuedProposal
 
 #: a tab and the states it shows (the store's `pending` is within its TTL, `expired` past it)
@@ -41,8 +42,9 @@ def _app(request: Request) -> DeskApp:
     return desk(request)
 
 
-def _reader(app: DeskApp) -> Desk:
-    return Desk(app.config, readonly=True)
+def _reader(app: DeskApp) -> contextlib.AbstractContextManager[Desk]:
+    """This worker thread's read-only desk, kept between pages (runbook.desk.readers)."""
+    return app.readers.reader()
 
 
 # ------------------------------------------------------------------------------ queue

@@ -25,12 +25,14 @@ DESK = {
 HEADERS = {"X-Forwarded-Email": "alice@example.org", "X-Forwarded-Groups": "gpu-oncall"}
 
 
-def config(root: Path, **more: Any) -> Config:
-    """A config file under `root` with its store there, the desk above and `more` sections."""
+def config(root: Path, *, db: str | None = None, **more: Any) -> Config:
+    """A config file under `root` with its store there (or `db`: a postgresql:// URL), the
+    desk above and `more` sections."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / "config.yaml"
-    path.write_text(json.dumps({"approvals": {"db": str(root / "approvals.db")}, "desk": DESK,
-                                **more}))  # fmt: skip
+    path.write_text(json.dumps({"approvals": {"db": db or str(root / "approvals.db"),
+                                              "audit_log": str(root / "audit.jsonl")},
+                                "desk": DESK, **more}))  # fmt: skip
     return config_mod.load(path)
 
 
