@@ -69,18 +69,24 @@ def print_diff(console: Console, diff: str, *, ok: bool = True) -> None:
     failed one may have stopped before anything it would change)."""
     if not diff.strip():
         console.print(
-            "  (the check run reports no change)" if ok
+            "  (the check run reports no change)"
+            if ok
             else "  (no diff: the check run failed before reporting what would change)"
         )
         return
     for line in diff.splitlines():
         style = (
-            "green" if line.startswith("+") and not line.startswith("+++") else
-            "red" if line.startswith("-") and not line.startswith("---") else
-            "cyan" if line.startswith("@@") else ""
+            "green"
+            if line.startswith("+") and not line.startswith("+++")
+            else "red"
+            if line.startswith("-") and not line.startswith("---")
+            else "cyan"
+            if line.startswith("@@")
+            else ""
         )
-        console.print(f"  [{style}]{escape(line)}[/]" if style else f"  {escape(line)}",
-                      highlight=False)
+        console.print(
+            f"  [{style}]{escape(line)}[/]" if style else f"  {escape(line)}", highlight=False
+        )
 
 
 def _when(ts: float | None) -> str:
@@ -166,9 +172,15 @@ def list_cmd(ctx: click.Context, states: tuple[str, ...], fmt: str) -> None:
 
     for p in items:
         state = "running, process gone" if runner_gone(p) else p.state
-        table.add_row(p.id, state, p.kind, p.node or "-", _when(p.created_at),
-                      "expired" if p.expired and p.state == "pending" else _when(p.expires_at),
-                      escape(p.summary))
+        table.add_row(
+            p.id,
+            state,
+            p.kind,
+            p.node or "-",
+            _when(p.created_at),
+            "expired" if p.expired and p.state == "pending" else _when(p.expires_at),
+            escape(p.summary),
+        )
     with console.capture() as captured:
         console.print(table)
     # rich pads each row to the table's width: a pipe (grep, awk, a diff) gets clean lines
@@ -231,20 +243,28 @@ def show_proposal(console: Console, p: QueuedProposal, *, brief: bool = False) -
                     console.print(f"      {key} = {escape(_value(value))}")
     else:
         console.print(f"  [yellow]not executable:[/] {escape(str(plan.get('error')))}")
-    console.print(f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}"
-                  + (f" (queued by {escape(p.requested_by)})" if p.requested_by else ""))
+    console.print(
+        f"  proposed {_when(p.created_at)}, expires {_when(p.expires_at)}"
+        + (f" (queued by {escape(p.requested_by)})" if p.requested_by else "")
+    )
     if p.approvals and p.state == "pending":
-        console.print(f"  approved so far by {escape(', '.join(p.approvals))}: "
-                      "waiting for another person's approval")
+        console.print(
+            f"  approved so far by {escape(', '.join(p.approvals))}: "
+            "waiting for another person's approval"
+        )
     if p.decided_by:
-        console.print(f"  decided by {escape(p.decided_by)} at {_when(p.decided_at)}"
-                      + (f": {escape(p.reason)}" if p.reason else ""))
+        console.print(
+            f"  decided by {escape(p.decided_by)} at {_when(p.decided_at)}"
+            + (f": {escape(p.reason)}" if p.reason else "")
+        )
     if p.result:
         played = f"{p.result.get('status')} (rc {p.result.get('rc')})"
         if p.state == "failed" and p.result.get("reason"):
             # the reason first: a playbook Ansible calls successful may have run nothing
-            console.print(f"  result: failed — {escape(str(p.result['reason']))}"
-                          + (f"; the playbook: {played}" if p.result.get("status") else ""))
+            console.print(
+                f"  result: failed — {escape(str(p.result['reason']))}"
+                + (f"; the playbook: {played}" if p.result.get("status") else "")
+            )
         else:
             console.print(f"  result: {played}")
         for line in p.result.get("failed") or []:
@@ -283,8 +303,11 @@ def preview_cmd(ctx: click.Context, pid: str, fmt: str) -> None:
     with _desk(ctx) as desk:
         result = desk.preview(pid, on_task=task_printer(console))
     if fmt == "json":
-        click.echo(json.dumps({"id": pid, "ok": result.ok, "check": result.as_dict()},
-                              indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {"id": pid, "ok": result.ok, "check": result.as_dict()}, indent=2, default=str
+            )
+        )
     else:
         print_diff(console, result.diff_text(), ok=result.ok)
     if not result.ok:
@@ -298,8 +321,10 @@ def report_execution(console: Console, execution: Execution) -> None:
 
     p = execution.proposal
     if execution.apply is None:
-        console.print(f"[bold red]check run failed[/] ({execution.check.status}); "
-                      f"nothing was changed; {p.id} is {p.state}: {escape(execution.reason or '')}")
+        console.print(
+            f"[bold red]check run failed[/] ({execution.check.status}); "
+            f"nothing was changed; {p.id} is {p.state}: {escape(execution.reason or '')}"
+        )
         return
     for node, comparison in (execution.result.get("comparison") or {}).items():
         console.print(f"[bold]A/B on {escape(node)}[/]")
@@ -307,20 +332,31 @@ def report_execution(console: Console, execution: Execution) -> None:
             console.print(f"  {escape(line)}")
     colour = "green" if execution.ok else "bold red"
     why = "" if execution.ok else f": {escape(execution.reason or '')}"
-    note = " (a diagnostic: nothing was changed on the node)" if execution.ok and \
-        kinds.is_diagnostic(p.kind) else ""
-    console.print(f"[{colour}]{p.id} {p.state}[/]{why}{note} "
-                  f"(artifacts: {execution.apply.artifact_dir})")
+    note = (
+        " (a diagnostic: nothing was changed on the node)"
+        if execution.ok and kinds.is_diagnostic(p.kind)
+        else ""
+    )
+    console.print(
+        f"[{colour}]{p.id} {p.state}[/]{why}{note} (artifacts: {execution.apply.artifact_dir})"
+    )
 
 
 @approvals.command("approve")
 @_db_option
 @textfile_dir_option
 @click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
-@click.option("--as", "as_user", metavar="NAME", help="Record NAME as the approver (alongside "
-              "the OS user), e.g. behind a shared account.")
-@click.option("--no-recheck", is_flag=True, help="Do not re-walk the runbook on the node first "
-              "(the skip is recorded in the audit trail).")
+@click.option(
+    "--as",
+    "as_user",
+    metavar="NAME",
+    help="Record NAME as the approver (alongside the OS user), e.g. behind a shared account.",
+)
+@click.option(
+    "--no-recheck",
+    is_flag=True,
+    help="Do not re-walk the runbook on the node first (the skip is recorded in the audit trail).",
+)
 @format_option("text", "json", default="text")
 @click.pass_context
 def approve_cmd(
@@ -338,9 +374,12 @@ def approve_cmd(
         if no_recheck:
             desk.record("recheck-skipped", pid, as_user, {"by": "--no-recheck"})
         recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
-            "replay://")
-        console.print(f"approving {pid} ({p.kind} on {p.node})"
-                      + ("; re-checking the node first" if recheckable and not no_recheck else ""))
+            "replay://"
+        )
+        console.print(
+            f"approving {pid} ({p.kind} on {p.node})"
+            + ("; re-checking the node first" if recheckable and not no_recheck else "")
+        )
         execution = desk.approve(
             pid,
             as_user=as_user,
@@ -353,17 +392,27 @@ def approve_cmd(
         if execution.ok:
             from runbook.cli.verify_offer import offer_verification
 
-            offer_verification(console, desk, execution.proposal,
-                               interactive=sys.stdin.isatty() and fmt == "text",
-                               as_user=as_user)
+            offer_verification(
+                console,
+                desk,
+                execution.proposal,
+                interactive=sys.stdin.isatty() and fmt == "text",
+                as_user=as_user,
+            )
     if fmt == "json":
-        click.echo(json.dumps({
-            "ok": execution.ok,
-            "reason": execution.reason,
-            "proposal": execution.proposal.to_json(),
-            "check": execution.check.as_dict(),
-            "apply": execution.apply.as_dict() if execution.apply is not None else None,
-        }, indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {
+                    "ok": execution.ok,
+                    "reason": execution.reason,
+                    "proposal": execution.proposal.to_json(),
+                    "check": execution.check.as_dict(),
+                    "apply": execution.apply.as_dict() if execution.apply is not None else None,
+                },
+                indent=2,
+                default=str,
+            )
+        )
     if not execution.ok:
         raise click.exceptions.Exit(1)
 
@@ -396,13 +445,14 @@ def deny_cmd(ctx: click.Context, pid: str, reason: str, as_user: str | None, fmt
 @textfile_dir_option
 @click.argument("pid", metavar="ID", shell_complete=complete_proposal, callback=proposal_id)
 @click.option("--as", "as_user", help="Act as NAME (a name the config's delegation allows).")
-@click.option("--force", is_flag=True,
-              help="Recover although the claiming process ran on another host (check it is gone).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Recover although the claiming process ran on another host (check it is gone).",
+)
 @format_option("text", "json", default="text")
 @click.pass_context
-def recover_cmd(
-    ctx: click.Context, pid: str, as_user: str | None, force: bool, fmt: str
-) -> None:
+def recover_cmd(ctx: click.Context, pid: str, as_user: str | None, force: bool, fmt: str) -> None:
     """Mark a proposal left `running` by a process that is gone (killed mid-playbook) as
     failed; it is never run again (re-run the runbook for a fresh proposal). Audited.
     --format json: the proposal as it now stands."""
@@ -437,11 +487,16 @@ def publish_cmd(ctx: click.Context, fmt: str) -> None:
     with Store(cfg.db) as store:
         done = publish(cfg, store)
     if fmt == "json":
-        click.echo(json.dumps({
-            "pending": done.pending,
-            "metrics_file": str(done.metrics_file) if done.metrics_file else None,
-            "notices_sent": done.notices_sent if cfg.notify.enabled else None,
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "pending": done.pending,
+                    "metrics_file": str(done.metrics_file) if done.metrics_file else None,
+                    "notices_sent": done.notices_sent if cfg.notify.enabled else None,
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(
         f"{done.pending} pending"
@@ -473,8 +528,11 @@ def _audit_trail(ctx: click.Context, log: str | None, db: str | None) -> tuple[A
 
 @audit.command("verify")
 @click.option("--log", type=click.Path(dir_okay=False), help="Audit log (default from config).")
-@click.option("--db", type=click.Path(dir_okay=False), help="Approval store holding the anchor "
-              "(a shared postgresql:// store holds the chain itself).")
+@click.option(
+    "--db",
+    type=click.Path(dir_okay=False),
+    help="Approval store holding the anchor (a shared postgresql:// store holds the chain itself).",
+)
 @format_option("text", "json", default="text")
 @click.pass_context
 def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) -> None:
@@ -490,24 +548,34 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
     result = trail.verify(anchor=anchor)
     where = trail.where
     if fmt == "json":
-        click.echo(json.dumps({
-            "log": where,
-            "ok": result.ok,
-            "entries": result.entries,
-            "head": result.head.hash if result.head else None,
-            "anchored": anchor is not None,
-            "problems": list(result.problems),
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "log": where,
+                    "ok": result.ok,
+                    "entries": result.entries,
+                    "head": result.head.hash if result.head else None,
+                    "anchored": anchor is not None,
+                    "problems": list(result.problems),
+                },
+                indent=2,
+            )
+        )
         if not result.ok:
             raise click.exceptions.Exit(1)
         return
     if result.ok:
-        click.echo(f"{where}: {count(result.entries, 'entry', 'entries')}, chain intact"
-                   + (f" (head {result.head.hash[:12]})" if result.head else ""))
+        click.echo(
+            f"{where}: {count(result.entries, 'entry', 'entries')}, chain intact"
+            + (f" (head {result.head.hash[:12]})" if result.head else "")
+        )
         if anchor is None and result.entries:
             # without the store's anchor a chain cut short at its end is still a valid chain
-            click.echo(f"{where}: warning: the approval store ({cfg.db}) holds no anchor for "
-                       "this log: entries cut off its end cannot be detected", err=True)
+            click.echo(
+                f"{where}: warning: the approval store ({cfg.db}) holds no anchor for "
+                "this log: entries cut off its end cannot be detected",
+                err=True,
+            )
         return
     for problem in result.problems:
         click.echo(f"{where}: {problem}", err=True)
@@ -521,8 +589,13 @@ def verify_cmd(ctx: click.Context, log: str | None, db: str | None, fmt: str) ->
     type=click.Path(dir_okay=False),
     help="Approval store whose audit log to show (its audit.jsonl, unless the config names one).",
 )
-@click.option("--proposal", "pid", help="Only this proposal's entries.",
-              shell_complete=complete_proposal, callback=proposal_id)
+@click.option(
+    "--proposal",
+    "pid",
+    help="Only this proposal's entries.",
+    shell_complete=complete_proposal,
+    callback=proposal_id,
+)
 @format_option("text", "json", default="text")
 @click.pass_context
 def show_audit(
@@ -536,9 +609,11 @@ def show_audit(
         if fmt == "json":
             click.echo(json.dumps(entry, default=str))
         else:
-            click.echo(f"{entry['seq']:>5} {entry['time'][:19]} {entry['event']:<11} "
-                       f"{entry.get('proposal') or '-':<10} {entry.get('actor') or '-'}"
-                       + _brief(entry.get("data") or {}))
+            click.echo(
+                f"{entry['seq']:>5} {entry['time'][:19]} {entry['event']:<11} "
+                f"{entry.get('proposal') or '-':<10} {entry.get('actor') or '-'}"
+                + _brief(entry.get("data") or {})
+            )
 
 
 def _brief(data: Mapping[str, Any]) -> str:
@@ -675,8 +750,9 @@ class _Prompts:
 
     def _ask(self, p: QueuedProposal, preview: PlaybookResult | None) -> str:
         """approve / deny / skip (approve only after a check run that passed)."""
-        choices = ["approve", "deny", "skip"] if preview is not None and preview.ok else [
-            "deny", "skip"]
+        choices = (
+            ["approve", "deny", "skip"] if preview is not None and preview.ok else ["deny", "skip"]
+        )
         if preview is not None and not preview.ok:
             self.console.print("  [red]the check run failed: approval is not offered[/]")
         if self.ledger is not None:
@@ -693,6 +769,7 @@ class _Prompts:
         """Run the approved plan, report it, and offer its recovery check."""
         from runbook.errors import RunbookError
         from runbook.remedies import live
+        from runbook.remedies.approval import SecondPersonNeeded
 
         console = self.console
         # before the claim: an interrupt while the playbook runs must not prompt again (the
@@ -708,6 +785,11 @@ class _Prompts:
                 on_task=task_printer(console),
                 checked=preview,  # the check run just shown, of this same plan
             )
+        except SecondPersonNeeded as exc:
+            # recorded, and still pending: another person approves it (here or on the desk)
+            console.print(f"  [yellow]{escape(exc.one_line())}[/]")
+            self.decided(p.id, "waiting for a second person")
+            return
         except RunbookError as exc:
             console.print(f"  [red]{escape(exc.one_line())}[/]")
             self.decided(p.id, "refused")
@@ -717,8 +799,13 @@ class _Prompts:
         if execution.ok:
             from runbook.cli.verify_offer import offer_verification
 
-            offer_verification(console, self.desk, execution.proposal,
-                               interactive=self.interactive, as_user=self.as_user)
+            offer_verification(
+                console,
+                self.desk,
+                execution.proposal,
+                interactive=self.interactive,
+                as_user=self.as_user,
+            )
 
 
 def approvals_phase(
@@ -748,9 +835,3 @@ def approvals_phase(
                 advice=verdict.proposals,
                 ledger=pending.ledger,
             )
-        from runbook.remedies.approval import SecondPersonNeeded
-        except SecondPersonNeeded as exc:
-            # recorded, and still pending: another person approves it (here or on the desk)
-            console.print(f"  [yellow]{escape(exc.one_line())}[/]")
-            self.decided(p.id, "waiting for a second person")
-            return
