@@ -39,7 +39,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the replay transport reads a bundle back, and targets open any transport (replay too)
     ("bundle", ("runbook.bundle", "runbook.bundle_files", "runbook.transports.replay",
                 "runbook.targets")),
-    ("parsers", ("runbook.parsers",)),
+    # a hang's line-up of ranks is read from the parsers' records (runbook.hang)
+    ("parsers", ("runbook.parsers", "runbook.hang")),
     # what each remedy kind is and how it is planned: the vocabulary a runbook's remedies use
     ("remedy kinds", ("runbook.remedies.kinds", "runbook.remedies.plans",
                       "runbook.remedies.workload", "runbook.remedies.kubectl",
