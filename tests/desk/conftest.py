@@ -53,14 +53,50 @@ def _wait(
     raise RuntimeError(f"{what} did not answer {url} in {timeout} s")
 
 
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat), or None."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every process below `pid` with its start time (found by parent in /proc/*/stat):
+    ansible-runner starts a playbook in a session of its own, so a signal to the desk's
+    process group would not reach it."""
+    parents: dict[int, list[tuple[int, str]]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        parents.setdefault(int(fields[1]), []).append((int(stat.parent.name), fields[19]))
+    found: list[tuple[int, str]] = []
+    todo = [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child[0])
+    return found
+
+
 def _stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM, then SIGKILL after 10 s; whatever the desk started (a playbook an approval
+    was running) is killed too, so no test leaves a process behind."""
+    below = descendants(proc.pid) if proc.poll() is None else []
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
+            below = sorted(set(below) | set(descendants(proc.pid)))
             proc.kill()
             proc.wait(5)
+    for pid, started in below:
+        if _started(pid) == started:  # the same process, not a later one given its number
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     for stream in (proc.stdout, proc.stderr):
         if stream:
             stream.close()
