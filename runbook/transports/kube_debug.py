@@ -414,4 +414,8 @@ class DebugPodTransport(KubectlTransport):
         try:
             super().close()
         finally:
-            threading.Thread(target=self.debug_pod.delete, name="delete-debug-pod").start()
+            # not a daemon, even when closed from one (a sweep's host threads are): the
+            # interpreter waits for it before it exits
+            threading.Thread(
+                target=self.debug_pod.delete, name="delete-debug-pod", daemon=False
+            ).start()
