@@ -30,8 +30,10 @@ OOM, pinning failures and Xid found twice each, the storms' corrected reports co
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -295,6 +297,41 @@ def size_mib(text: str) -> int:
 SHAPES = ("quiet", "chatter", "aer", "aer-gpu")
 
 
+def tally_costs(path: Path, repeat: int = 9) -> list[tuple[str, float]]:
+    """What the corrected-AER tally's work over one block of `path` costs, beside other
+    passes over the same bytes: (what, ms of this thread's CPU, best of `repeat`)."""
+    from runbook.parsers import dmesg, scan  # only this mode needs the package
+
+    with path.open("rb") as handle:
+        data = bytearray(handle.read(scan.BLOCK_BYTES))
+    del data[data.rfind(b"\n") + 1 :]  # whole lines, as the scanner hands them over
+    pattern = re.compile(dmesg.CORRECTED_AER)
+
+    def counted() -> None:
+        keys = pattern.findall(data)
+        collections.Counter(keys)
+        dict(zip(keys, range(len(keys)), strict=True))
+
+    work = {
+        "the tally (Tally.locate: finditer, first and last match per key)": lambda: scan.Tally(
+            dmesg.CORRECTED_AER
+        ).locate(data, 0, len(data)),
+        "findall of the tally's pattern alone": lambda: pattern.findall(data),
+        "findall, Counter, last index per key": counted,
+        "newline count (bytearray.count)": lambda: data.count(b"\n"),
+        "count of the literal 'AER: Correct'": lambda: data.count(b"AER: Correct"),
+    }
+    out = []
+    for name, run in work.items():
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.thread_time()
+            run()
+            best = min(best, time.thread_time() - start)
+        out.append((name, best * 1000))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -308,7 +345,19 @@ def main() -> int:
     parser.add_argument("--shape", nargs="+", choices=SHAPES, default=list(SHAPES))  # fmt: skip
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/rbk-big"))
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    parser.add_argument(
+        "--tally-costs",
+        action="store_true",
+        help="instead: the tally's work over one block of each shape's dmesg.txt, beside a "
+        "newline count (thread CPU ms, best of 9)",
+    )
     args = parser.parse_args()
+    if args.tally_costs:
+        for shape in args.shape:
+            dmesg_txt = build(args.workdir, args.size_mib, shape) / "dmesg.txt"
+            for name, ms in tally_costs(dmesg_txt):
+                print(f"[{shape}] {name}: {ms:.1f} ms", flush=True)
+        return 0
     rows = []
     for shape in args.shape:
         started = time.perf_counter()
