@@ -147,7 +147,7 @@ def decode_dump(name: str, text: str) -> tuple[dict[str, Any] | None, str | None
         return None, "neither JSON nor a base64 pickle", "json"
     try:
         data = json.loads(body)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # nested deeper than json recurses: unreadable
         return None, f"not JSON: {err}", "json"
     if not isinstance(data, dict):
         return None, "not a flight recorder dump (no object at its top)", "json"

@@ -45,9 +45,12 @@ def parse_processes(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _now(context: Mapping[str, Any]) -> Any:
+def _now(context: Mapping[str, Any]) -> str | None:
+    """The collection time as ISO text (None when the context has no time: facts stay JSON)."""
     value = context.get("collected_at")
-    return value.isoformat() if isinstance(value, dt.datetime) else value
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return value if isinstance(value, str) else None
 
 
 @register("hang", "a hang lined up from the ranks' flight recorder, stacks and watchdog lines")

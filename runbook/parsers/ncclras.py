@@ -127,7 +127,8 @@ def parse_json(text: str, source: str = FILE) -> dict[str, Any]:
     }
     if not isinstance(data, Mapping):
         raise ValueError("not an ncclras JSON report")
-    facts["nccl_version"] = data.get("nccl_version")
+    version = data.get("nccl_version")
+    facts["nccl_version"] = version if isinstance(version, str) else None
     for comm in data.get("communicators") or []:
         if not isinstance(comm, Mapping):
             continue
@@ -194,7 +195,7 @@ def ncclras_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         return {"collected": True, "available": False, "why": why}
     try:
         facts = parse_json(text) if text.lstrip().startswith("{") else parse_text(text)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
         return {"collected": True, "available": False, "why": f"not ncclras output: {err}"}
     if "Job summary" not in text and facts["format"] == "text" and not facts["problems"]:
         return {"collected": True, "available": False, "why": clip(text.splitlines()[0])}

@@ -236,7 +236,7 @@ def parse_dump(name: str, text: str) -> dict[str, Any]:
             facts = parse_faulthandler(body)
         else:
             facts = parse_text(body)
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:  # RecursionError: JSON nested too deep
         facts = {"threads": [], "error": f"not py-spy JSON: {err}"}
     facts["source"] = name
     named = _NAME.search(name.rsplit("/", 1)[-1])
