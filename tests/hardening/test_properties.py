@@ -107,14 +107,15 @@ def bundle_files() -> list[dict[str, CommandResult]]:
 
 @cache
 def sample_texts() -> list[tuple[str, str]]:
-    """(path, text) of every real-format sample: bundle evidence, parser and Slurm samples."""
+    """(path, text) of every real-format sample: bundle evidence, parser, Slurm and hang samples
+    (py-spy, faulthandler, flight recorder, watchdog and ncclras output)."""
     found = [
         (name, result.stdout)
         for files in bundle_files()
         for name, result in files.items()
         if result.stdout
     ]
-    for folder in ("tests/unit/parsers/samples", "tests/job/slurm"):
+    for folder in ("tests/unit/parsers/samples", "tests/job/slurm", "tests/hang/samples"):
         for path in sorted((REPO / folder).rglob("*")):
             if path.is_file() and path.suffix != ".md":
                 found.append((path.relative_to(REPO).as_posix(), path.read_text(errors="replace")))
@@ -130,8 +131,17 @@ def real_lines() -> list[str]:
 @cache
 def file_names() -> list[str]:
     names = {name for files in bundle_files() for name in files}
-    return sorted(names | {"ibv-devinfo.txt", "timezone.txt", "hostname.txt",
-                           "dcgmi-discovery.txt", "dcgmi-health.txt", "dcgmi-diag.txt"})
+    return sorted(
+        names
+        | {
+            "ibv-devinfo.txt",
+            "timezone.txt",
+            "hostname.txt",
+            "dcgmi-discovery.txt",
+            "dcgmi-health.txt",
+            "dcgmi-diag.txt",
+        }
+    )
 
 
 #: which bundle files each parser reads (from its registry summary and module constants)
@@ -142,6 +152,8 @@ READS: dict[str, tuple[str, ...]] = {
     "dcgm": ("dcgmi-discovery.txt", "dcgmi-health.txt"),
     "dcgm_diag": ("dcgmi-diag.txt",),
     "dmesg": ("dmesg.txt", "clock.txt"),
+    "flight_recorder": ("fr/*",),
+    "hang": ("fr/*", "pyspy/*", "app/*", "nccl/*", "ranks.txt", "ncclras.txt"),
     "host": ("meminfo.txt", "df-shm.txt"),
     "journal": ("journal-*",),
     "keyvalue": ("*",),
@@ -149,11 +161,14 @@ READS: dict[str, tuple[str, ...]] = {
     "nccl_log": ("nccl/*", "app/*"),
     "nccl_recovery": ("nccl-tests/recovery-*", "nvidia-smi-*", "ibv-devinfo.txt"),
     "nccl_tests": ("nccl-tests/*",),
+    "ncclras": ("ncclras.txt",),
     "nvidia_smi": ("nvidia-smi-*",),
     "procmem": ("procmem/*",),
+    "pyspy": ("pyspy/*", "app/*", "nccl/*"),
     "rdma": ("dev-infiniband.txt", "sys-class-infiniband.txt", "rdma-link.txt",
              "ibdev2netdev.txt", "lspci.txt"),
     "text": ("*",),
+    "watchdog": ("app/*", "nccl/*"),
 }  # fmt: skip
 PARSERS = sorted(registry.names())
 
@@ -212,7 +227,19 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "time_format": (str, N), "boot_epoch": (*NUM, N), "fatal_aer": (list,),
         "gpu_fault_xids": (list,), "drain_xids": (list,), "catalog_hits": (list,),
         "recognized": (bool,), "iommu_faults": (list,), "nvswitch_faults": (list,),
-        "unknown_xids": (list,), "aer_corrected": (list,),
+        "unknown_xids": (list,), "aer_corrected": (list,), "boot_iommu_faults": (list,),
+        "gpu_reset_required": (list,), "unrecognized": (list,),
+    },
+    "flight_recorder": {
+        "*collected": (bool,), "*dumps": (list,), "*analyses": (list,), "*ranks": (list,),
+        "*unreadable": (list,),
+    },
+    "hang": {
+        "*collected": (bool,), "*read_at": (str, N), "*cause": (str, N), "*statement": (str,),
+        "*basis": (str, N), "*confidence": (str, N), "*evidence": (list,),
+        "*stalled_ranks": (list,), "*analysis": (dict,), "*views": (list,),
+        "*processes": (list,), "*fr": (dict,), "*pyspy": (dict,), "*watchdog": (dict,),
+        "*ncclras": (dict,),
     },
     "host": {"*collected": (bool,), "*meminfo": (dict,), "*shm": (dict,)},
     "journal": {
@@ -238,7 +265,13 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
     },
     "nccl_tests": {
         "*collected": (bool,), "*runs": (dict,), "*all_passed": (bool,), "*wrong_total": (int,),
-        "*evidence": (list,),
+        "*evidence": (list,), "*unmeasured": (list,),
+    },
+    "ncclras": {
+        "*collected": (bool,), "*available": (bool,), "why": (str,), "format": (str,),
+        "nccl_version": (str, N), "missing_ranks": (list,), "dead_processes": (list,),
+        "unresponsive_processes": (list,), "behind": (list,), "ahead": (list,),
+        "problems": (list,),
     },
     "nvidia_smi": {
         "*collected": (bool,), "*exit_code": (int, N), "*exit_meaning": (str, N),
@@ -250,7 +283,8 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "remap_pending": (bool,), "remap_failure": (bool,), "retired_pages_pending": (bool,),
         "recovery_actions": (list,), "faulty_gpus": (list,), "anomalies": (list,),
         "*topo": (dict,), "*p2p_read": (dict,), "*p2p_write": (dict,), "*p2p_all_ok": (bool, N),
-        "*p2p_failing": (list,), "*nvlink": (dict,),
+        "*p2p_failing": (list,), "*nvlink": (dict,), "*unreachable": (list,),
+        "*no_devices": (list,), "*lost_evidence": (list,), "*plain": (dict,),
     },
     "procmem": {
         "*collected": (bool,), "*processes": (list,), "*ranks": (int,), "*workers": (int,),
@@ -262,11 +296,17 @@ CONTRACT: dict[str, dict[str, tuple[type, ...]]] = {
         "*listed": (int,), "*vanished": (list,), "*rank_pids": (list,),
         "*worker_pids": (list,), "*features": (dict,),
     },
+    "pyspy": {"*collected": (bool,), "*dumps": (list,), "*not_read": (list,)},
     "rdma": {
         "*collected": (bool,), "*dev_infiniband": (dict,), "*sys_class_infiniband": (dict,),
         "*rdma_link": (dict,), "*ibdev2netdev": (dict,), "*lspci": (dict,), "*devices": (list,),
         "*active_ports": (list,), "*nics": (list,), "*gpus_on_pci": (int, N),
         "*uverbs": (bool, N), "*usable": (bool,),
+    },
+    "watchdog": {
+        "*collected": (bool,), "timeouts": (list,), "statuses": (list,), "lagging": (list,),
+        "desync_states": (list,), "mismatches": (list,), "gloo_timeouts": (list,),
+        "last_seen": (list,), "*timed_out_ranks": (list,),
     },
 }  # fmt: skip
 TEXT_ENTRY = {"stdout": (str,), "stderr": (str,), "rc": (int, N), "lines": (int,),
