@@ -179,7 +179,9 @@ class UnreachableGpu(Evidence):
 #: "… for GPU 0000:02:00.0: GPU is lost. …" and newer "… for GPU0: 0000:01:00.0: …" shapes
 _NO_HANDLE = re.compile(
     r"Unable to determine the device handle for gpu\s*(?:\d+:\s+)?"
-    r"(?P<bus>(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])\s*:\s*(?P<reason>.*?)\s*$",
+    # `<BUS_ID_3>`: the bus ID in a sanitized bundle (runbook/report/sanitize.py)
+    r"(?P<bus>(?:[0-9a-f]{4,8}:)?[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]|<BUS_ID_\d+>)"
+    r"\s*:\s*(?P<reason>.*?)\s*$",
     re.IGNORECASE,
 )
 #: NVML's reasons that mean the GPU is gone until a reset or a reboot: NVML_ERROR_GPU_IS_LOST,
@@ -188,6 +190,11 @@ _NO_HANDLE = re.compile(
 #: the GPU's health
 _LOST_REASON = re.compile(r"GPU is lost|Unknown Error|requires reset", re.IGNORECASE)
 _NO_DEVICES = re.compile(r"^\s*No devices were found\s*$", re.IGNORECASE)
+
+
+def _bus_id(text: str) -> str:
+    """A bus ID in lower case; a sanitized bundle's placeholder as it is."""
+    return text if text.startswith("<") else text.lower()
 
 
 def parse_unreachable(lines: Iterable[str], *, source: str = F_PLAIN) -> tuple[UnreachableGpu, ...]:
@@ -199,7 +206,7 @@ def parse_unreachable(lines: Iterable[str], *, source: str = F_PLAIN) -> tuple[U
             reason = m["reason"]
             found.append(
                 UnreachableGpu(
-                    source=source, line=n, time=None, text=clip(line), bus_id=m["bus"].lower(),
+                    source=source, line=n, time=None, text=clip(line), bus_id=_bus_id(m["bus"]),
                     reason=reason, lost=bool(_LOST_REASON.search(reason)),
                 )
             )  # fmt: skip

@@ -228,3 +228,17 @@ def test_the_lost_handle_printed_on_stderr_of_another_probe_is_evidence_from_its
     assert [(e["source"], e["line"]) for e in facts["lost_evidence"]] == [
         ("nvidia-smi-query.csv.err", 1)
     ]
+
+
+def test_a_lost_gpu_in_a_sanitized_bundle_is_still_lost_under_its_placeholder() -> None:
+    # runbook/report/sanitize.py writes bus IDs as <BUS_ID_N>: the sanitized bundle must
+    # analyse to the same verdict (tests/hardening/test_sanitize.py holds the whole corpus)
+    from runbook.parsers.nvidia_smi import parse_unreachable
+
+    (gpu,) = parse_unreachable(
+        [
+            "Unable to determine the device handle for GPU <BUS_ID_1>: GPU is lost. "
+            "Reboot the system to recover this GPU"
+        ]
+    )
+    assert gpu.bus_id == "<BUS_ID_1>" and gpu.lost
