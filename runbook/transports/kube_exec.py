@@ -41,11 +41,9 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from runbook.transports import batch
 from runbook.transports.base import (
-    MAX_CAPTURE_BYTES,
     CommandResult,
     Deliver,
     Probe,
@@ -53,14 +51,13 @@ from runbook.transports.base import (
     decode,
     fail_all,
 )
+from runbook.transports.batch_run import BATCH_PATIENCE_S as BATCH_PATIENCE_S
+from runbook.transports.batch_run import BatchRun
 from runbook.transports.local import Running, _reaper, kill_group
-from runbook.transports.marks import Gate, start_mark, wrap_for_pgid
+from runbook.transports.marks import wrap_for_pgid
 
 log = logging.getLogger(__name__)
 
-#: a probe of a batch that has run this long hands the probes after it to another exec (as
-#: over SSH: a hung `nvidia-smi` must not hold back the rest of the walk's evidence)
-BATCH_PATIENCE_S = 0.25
 #: how long a batch asked to stop may take to end before its process group is stopped (the
 #: request is itself an exec: a process start and an API round trip)
 STOP_GRACE_S = 3.0
@@ -332,9 +329,12 @@ def _give(proc: subprocess.Popen[bytes], data: bytes) -> None:
         proc.stdin.close()
 
 
-class _ExecReader:
+class _ExecReader(BatchRun):
     """One batch's exec: each probe's output as its end marks arrive, its timeout, the
     hand-back of the probes after one that takes long, and the end of the exec."""
+
+    #: a probe cut short stops the exec's group itself, or the exec is over
+    ask_to_stop_after_cut = False
 
     def __init__(
         self,
@@ -345,29 +345,16 @@ class _ExecReader:
         mark: bytes,
         begin: str,
     ) -> None:
+        super().__init__(probes, deliver, mark, begin)
         self.pod = pod
         self.proc = proc
-        self.probes = probes
-        self.deliver = deliver
-        self.out = batch.Splitter(mark, with_status=True, limit=MAX_CAPTURE_BYTES)
-        self.err = batch.Splitter(mark, with_status=False, limit=MAX_CAPTURE_BYTES)
-        self._out = Gate(self.out, start_mark(begin))
-        self._err = Gate(self.err, start_mark(begin), with_pgid=True)
         #: kubectl's own last words before the script started (an exec that failed)
         self._said = bytearray()
-        self.current = 0
-        self.began = 0.0
-        self.handed_back: int | None = None
-        self.running_since: float | None = None
         self._selector = selectors.DefaultSelector()
         assert proc.stdout is not None and proc.stderr is not None
         self._selector.register(proc.stdout, selectors.EVENT_READ, self._out)
         self._selector.register(proc.stderr, selectors.EVENT_READ, self._err)
         self._pgid: int | None = None
-
-    @property
-    def _end(self) -> int:
-        return len(self.probes) if self.handed_back is None else self.handed_back
 
     def _pump(self, timeout: float) -> bool:
         """Read what is there within `timeout`; whether anything came."""
@@ -391,12 +378,9 @@ class _ExecReader:
         self.began = start
         while self.current < self._end:
             now = time.monotonic()
-            if self.running_since is None and self._err.pgid is not None:
-                self.running_since = now
-            self._deliver_finished(now)
-            if self.current >= self._end:
+            if not self._advance(now):
                 break
-            deadline = min(self.began + self.probes[self.current].timeout, limit)
+            deadline = self._deadline(limit)
             if now >= deadline:
                 self._cut_short(now, spill, timed_out=True, error=None)
                 if self._pgid is not None:
@@ -414,48 +398,13 @@ class _ExecReader:
         if self.handed_back is not None:
             self._see_it_stop()
 
-    def _patience_ends(self) -> float | None:
-        if self.running_since is None or self.current + 1 >= self._end:
-            return None
-        return max(self.began, self.running_since) + BATCH_PATIENCE_S
-
-    def _deliver_finished(self, now: float) -> None:
-        out, err = self.out.pieces, self.err.pieces
-        while out and err and self.current < self._end:
-            stdout, out_cut, status = out.popleft()
-            stderr, err_cut, _ = err.popleft()
-            self._settle(now, stdout, stderr, out_cut or err_cut, exited=status)
-
-    def _settle(
-        self, now: float, stdout: bytes, stderr: bytes, truncated: bool, **outcome: Any
-    ) -> None:
-        probe = self.probes[self.current]
-        self.deliver(
-            self.current,
-            CommandResult(
-                name=probe.name,
-                command=probe.command,
-                stdout=decode(stdout),
-                stderr=decode(stderr),
-                duration=now - self.began,
-                truncated=truncated,
-                **outcome,
-            ),
-        )
-        self.current += 1
-        self.began = now
-
-    def _hand_back(self, index: int, spill: Spill) -> None:
-        self.handed_back = index
-        spill(index)
-        if self._pgid is not None:
-            pid = self._pgid
-            threading.Thread(
-                target=self.pod._quiet,
-                args=(f"kill -s USR1 {pid} 2>/dev/null; true", f"stop batch {pid}"),
-                name="exec-stop",
-                daemon=True,
-            ).start()
+    def _ask_to_stop(self, pgid: int) -> None:
+        threading.Thread(
+            target=self.pod._quiet,
+            args=(f"kill -s USR1 {pgid} 2>/dev/null; true", f"stop batch {pgid}"),
+            name="exec-stop",
+            daemon=True,
+        ).start()
 
     def _see_it_stop(self) -> None:
         """The script was asked to stop after the probe it ran; if it went on (the request
@@ -493,17 +442,6 @@ class _ExecReader:
             time.monotonic(), spill, timed_out=False,
             error="the exec ended before the command finished",
         )  # fmt: skip
-
-    def _cut_short(self, now: float, spill: Spill, *, timed_out: bool, error: str | None) -> None:
-        if self.current >= self._end:
-            return
-        stdout, out_cut = self.out.partial()
-        stderr, err_cut = self.err.partial()
-        end = self._end
-        self._settle(now, stdout, stderr, out_cut or err_cut, timed_out=timed_out, error=error)
-        if self.current < end:
-            self.handed_back = self.current
-            spill(self.current)
 
     def abandon(self) -> None:
         """Interrupted: stop the group in the pod (if it said which) and kubectl here."""

@@ -65,7 +65,6 @@ from runbook.errors import (
 from runbook.transports import batch, host_cert, known_hosts
 from runbook.transports.address import SSHAddress
 from runbook.transports.base import (
-    MAX_CAPTURE_BYTES,
     CommandResult,
     Deliver,
     Probe,
@@ -73,6 +72,8 @@ from runbook.transports.base import (
     decode,
     fail_all,
 )
+from runbook.transports.batch_run import BATCH_PATIENCE_S as BATCH_PATIENCE_S
+from runbook.transports.batch_run import BatchRun
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
 from runbook.transports.marks import Gate as _Gate
@@ -85,9 +86,6 @@ _EOF_GRACE_S = 2.0
 #: most bytes of one stream read before the loop looks at the clock again
 _DRAIN_BYTES = 4 * 1024 * 1024
 _GRACE_POLL_S = 0.02
-#: a probe of a batch that has run this long hands the probes queued after it to another
-#: channel: a hung `nvidia-smi` must not hold back the rest of the walk's evidence
-BATCH_PATIENCE_S = 0.25
 #: how long a batch's shell asked to stop may take to end before its process group is stopped
 _STOP_GRACE_S = 0.5
 
@@ -765,7 +763,7 @@ class SSHTransport:
         self._close_hops()
 
 
-class _BatchReader:
+class _BatchReader(BatchRun):
     """Reads one batch's channel: each probe's output as its end marks arrive, its timeout,
     and the hand-back of the probes after one that takes long."""
 
@@ -780,30 +778,13 @@ class _BatchReader:
         token: str,
         begin: str,
     ) -> None:
+        super().__init__(probes, deliver, mark, begin)
         self.transport = transport
         self.channel = channel
         self.wake = wake
-        self.probes = probes
-        self.deliver = deliver
         self.token = token
-        self.out = batch.Splitter(mark, with_status=True, limit=MAX_CAPTURE_BYTES)
-        self.err = batch.Splitter(mark, with_status=False, limit=MAX_CAPTURE_BYTES)
-        #: both streams as they come, the login's words before the start marks left out
-        self._out = _Gate(self.out, start_mark(begin))
-        self._err = _Gate(self.err, start_mark(begin), with_pgid=True)
-        #: the first probe not yet delivered, and when it started (the one before it ended)
-        self.current = 0
-        self.began = 0.0
-        #: where the probes handed back start, once they have been
-        self.handed_back: int | None = None
-        #: when the script was seen running on the node (its start mark came)
-        self.running_since: float | None = None
         #: the channel that asked the shell to stop (closed with the batch's)
         self.stopping: paramiko.Channel | None = None
-
-    @property
-    def _end(self) -> int:
-        return len(self.probes) if self.handed_back is None else self.handed_back
 
     def read(self, start: float, limit: float, spill: Spill) -> None:
         channel = self.channel
@@ -813,13 +794,9 @@ class _BatchReader:
             self.wake.reset()
             got = self.transport._drain(channel, self._out, self._err)
             now = time.monotonic()
-            if self.running_since is None and self._err.pgid is not None:
-                self.running_since = now
-            self._deliver_finished(now)
-            if self.current >= self._end:
+            if not self._advance(now):
                 break
-            probe = self.probes[self.current]
-            deadline = min(self.began + probe.timeout, limit)
+            deadline = self._deadline(limit)
             if now >= deadline:
                 self._timed_out(now, spill)
                 return
@@ -849,14 +826,6 @@ class _BatchReader:
         if self.handed_back is not None:
             self._see_it_stop()
 
-    def _patience_ends(self) -> float | None:
-        """When the running probe has kept those after it waiting long enough: counted once
-        the script runs on the node (a slow login holds back every channel alike), and never
-        for the last probe the batch still has."""
-        if self.running_since is None or self.current + 1 >= self._end:
-            return None
-        return max(self.began, self.running_since) + BATCH_PATIENCE_S
-
     def _see_it_stop(self) -> None:
         """The shell was asked to stop after the probe it ran; when the next one had already
         started (it ended just as it was asked), it is stopped with its process group."""
@@ -870,39 +839,8 @@ class _BatchReader:
             self.transport._drain(self.channel, self._out, self._err)
             self.wake.wait(left)
 
-    def _deliver_finished(self, now: float) -> None:
-        out, err = self.out.pieces, self.err.pieces
-        while out and err and self.current < self._end:
-            stdout, out_cut, status = out.popleft()
-            stderr, err_cut, _ = err.popleft()
-            self._settle_current(now, stdout, stderr, out_cut or err_cut, exited=status)
-
-    def _settle_current(
-        self, now: float, stdout: bytes, stderr: bytes, truncated: bool, **outcome: Any
-    ) -> None:
-        """Deliver the running probe's result (`outcome`: its exit, timeout or error) and move
-        on to the next, which started when this one ended."""
-        probe = self.probes[self.current]
-        self.deliver(
-            self.current,
-            CommandResult(
-                name=probe.name,
-                command=probe.command,
-                stdout=decode(stdout),
-                stderr=decode(stderr),
-                duration=now - self.began,
-                truncated=truncated,
-                **outcome,
-            ),
-        )
-        self.current += 1
-        self.began = now
-
-    def _hand_back(self, index: int, spill: Spill) -> None:
-        self.handed_back = index
-        spill(index)
-        if self._err.pgid is not None:
-            self.stopping = self.transport._ask_to_stop(self._err.pgid)
+    def _ask_to_stop(self, pgid: int) -> None:
+        self.stopping = self.transport._ask_to_stop(pgid)
 
     def close(self) -> None:
         if self.stopping is not None:
@@ -916,15 +854,3 @@ class _BatchReader:
     def fail(self, error: str, spill: Spill) -> None:
         """The current probe ends with `error`; those after it are handed back."""
         self._cut_short(time.monotonic(), spill, timed_out=False, error=error)
-
-    def _cut_short(self, now: float, spill: Spill, *, timed_out: bool, error: str | None) -> None:
-        if self.current >= self._end:
-            return
-        stdout, out_cut = self.out.partial()
-        stderr, err_cut = self.err.partial()
-        end = self._end
-        self._settle_current(
-            now, stdout, stderr, out_cut or err_cut, timed_out=timed_out, error=error
-        )
-        if self.current < end:
-            self._hand_back(self.current, spill)
