@@ -39,34 +39,14 @@ from runbook.remedies.store import Store
 from runbook.verdict import Verdict
 from tests.desk.conftest import DeskServer, oidc_desk, start_desk, stop_desk
 from tests.integration.conftest import cli_env
-from tests.tools import bundles
+from tests.tools import bundles, manifests
 
 pytestmark = pytest.mark.ansible
 
 SESSIONS = 50
 PROPOSALS = 3
 BUNDLE = bundles.path("shm-exhausted")
-MANIFEST = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train-llm
-  namespace: ml
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: registry.example.com/train:1.4
-          volumeMounts:
-            - name: dshm
-              mountPath: /dev/shm
-      volumes:
-        - name: dshm
-          emptyDir:
-            medium: Memory
-"""
+MANIFEST = manifests.job()
 CSRF = re.compile(r'name="csrf" value="([^"]+)"')
 
 

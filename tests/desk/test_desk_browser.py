@@ -41,32 +41,13 @@ from tests.scenarios.conftest import (  # noqa: F401 (the scenario suite's fixtu
     scenario_hosts,
 )
 from tests.scenarios.job import RankSpec
+from tests.tools import manifests
 
 pytestmark = [pytest.mark.live, pytest.mark.ssh, pytest.mark.ansible]
 
 SHOTS = Path("/work/helpers/shots")
 CHROMIUM = "/usr/bin/chromium"
-MANIFEST = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train-llm
-  namespace: ml
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: registry.example.com/train:1.4
-          volumeMounts:
-            - name: dshm
-              mountPath: /dev/shm
-      volumes:
-        - name: dshm
-          emptyDir:
-            medium: Memory
-"""
+MANIFEST = manifests.job()
 
 
 #: a drain's plan as kinds/drain.py makes it, for a cluster that is not there (no API server

@@ -19,38 +19,13 @@ import pytest
 import yaml
 
 from tests.integration.conftest import cli_env
-from tests.tools import bundles
+from tests.tools import bundles, manifests
 
 pytestmark = pytest.mark.ansible
 
 BUNDLE = bundles.path("shm-exhausted")
 
-JOB = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train-llm
-  namespace: ml
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: registry.example.com/train:1.4
-          resources:
-            limits:
-              memory: 640Gi
-              nvidia.com/gpu: "8"
-          volumeMounts:
-            - name: dshm
-              mountPath: /dev/shm
-      volumes:
-        - name: dshm
-          emptyDir:
-            medium: Memory
-"""
+JOB = manifests.GPU_JOB
 
 
 def git(repo: Path, *args: str) -> str:

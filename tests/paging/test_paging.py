@@ -28,36 +28,11 @@ import pytest
 from tests.integration.conftest import cli_env
 from tests.paging import receivers as rx
 from tests.paging.receivers import Receiver
-from tests.tools import bundles
+from tests.tools import bundles, manifests
 
 BUNDLE = bundles.path("shm-exhausted")
 DESK = "https://desk.example.org"
-JOB = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train-llm
-  namespace: ml
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: registry.example.com/train:1.4
-          resources:
-            limits:
-              memory: 640Gi
-              nvidia.com/gpu: "8"
-          volumeMounts:
-            - name: dshm
-              mountPath: /dev/shm
-      volumes:
-        - name: dshm
-          emptyDir:
-            medium: Memory
-"""
+JOB = manifests.GPU_JOB
 
 
 def write_config(tmp_path: Path, text: str) -> Path:

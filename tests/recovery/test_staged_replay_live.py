@@ -39,6 +39,7 @@ from tests.recovery import shims
 from tests.recovery.conftest import Cli
 from tests.scenarios.cgroups import MIB, MemoryCgroup
 from tests.scenarios.job import Node
+from tests.tools import manifests
 
 pytestmark = [pytest.mark.live, pytest.mark.ssh, pytest.mark.ansible]
 
@@ -48,27 +49,13 @@ OLD_LIMIT = 1024 * MIB
 NEW_LIMIT = 1280 * MIB
 SIDECAR_MIB = 48
 HEADROOM = "15%"
-MANIFEST = """\
-apiVersion: batch/v1
-kind: Job
-metadata:
-  name: train-small
-  namespace: ml
-spec:
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-        - name: trainer
-          image: registry.example.com/train:2.0
-          resources:
-            requests:
-              memory: 1Gi
-            limits:
-              memory: 1Gi
-        - name: log-shipper
-          image: registry.example.com/fluent-bit:3
-"""
+MANIFEST = manifests.job(
+    "train-small",
+    image="registry.example.com/train:2.0",
+    resources="requests:\n  memory: 1Gi\nlimits:\n  memory: 1Gi",
+    shm=False,
+    sidecars="        - name: log-shipper\n          image: registry.example.com/fluent-bit:3\n",
+)
 
 
 @dataclass
