@@ -236,43 +236,58 @@ def _seconds(value: float) -> str:
     return f"{value:g} s" if value < 120 else f"{value / 60:g} min"
 
 
+#: what a run does with its proposal: the run, the console it prints on, the desk acting for
+#: the signed-in person, the proposal as the run started; its outcome
+_Step = Callable[[Run, "Console", Desk, "QueuedProposal"], str]
+
+
+def _on_proposal(
+    config: Config, policy: Policy, who: Identity, publisher: Publisher | None, step: _Step
+) -> Callable[[Run], str]:
+    """A run's body: `step` on the run's proposal, in a desk of the worker's own thread."""
+
+    def body(run: Run) -> str:
+        console = run.console()
+        with WebDesk(config, who, policy, publisher) as desk:
+            return step(run, console, desk, desk.store.get(run.pid))
+
+    return body
+
+
 def approve(
     config: Config, policy: Policy, who: Identity, publisher: Publisher | None = None
 ) -> Callable[[Run], str]:
     """The body of an approval: `runbook approvals approve ID`, step for step."""
 
-    def body(run: Run) -> str:
+    def step(run: Run, console: Console, desk: Desk, p: QueuedProposal) -> str:
         from runbook.cli.approvals import report_execution, task_printer
         from runbook.cli.verify_offer import offer_verification
         from runbook.remedies import live
 
-        console = run.console()
-        with WebDesk(config, who, policy, publisher) as desk:
-            p = desk.store.get(run.pid)
-            recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
-                "replay://"
+        recheckable = bool(p.target) and not str((p.target or {}).get("url", "")).startswith(
+            "replay://"
+        )
+        console.print(
+            f"approving {p.id} ({p.kind} on {p.node})"
+            + ("; re-checking the node first" if recheckable else "")
+        )
+        execution = desk.approve(
+            run.pid,
+            as_user=who.name,
+            recheck=recheckable,
+            recheck_fn=live.recheck,
+            guard_fn=live.drain_guard,
+            on_task=task_printer(console),
+            identity=who.name,  # the two-person rule's approver: the signed-in person
+        )
+        report_execution(console, execution)
+        if execution.ok:
+            offer_verification(
+                console, desk, execution.proposal, interactive=False, as_user=who.name
             )
-            console.print(
-                f"approving {p.id} ({p.kind} on {p.node})"
-                + ("; re-checking the node first" if recheckable else "")
-            )
-            execution = desk.approve(
-                run.pid,
-                as_user=who.name,
-                recheck=recheckable,
-                recheck_fn=live.recheck,
-                guard_fn=live.drain_guard,
-                on_task=task_printer(console),
-                identity=who.name,  # the two-person rule's approver: the signed-in person
-            )
-            report_execution(console, execution)
-            if execution.ok:
-                offer_verification(
-                    console, desk, execution.proposal, interactive=False, as_user=who.name
-                )
-            return execution.proposal.state
+        return execution.proposal.state
 
-    return body
+    return _on_proposal(config, policy, who, publisher, step)
 
 
 def verify(
@@ -280,29 +295,26 @@ def verify(
 ) -> Callable[[Run], str]:
     """The body of a recovery check: what `runbook verify ID` runs on the proposal's node."""
 
-    def body(run: Run) -> str:
+    def step(run: Run, console: Console, desk: Desk, p: QueuedProposal) -> str:
         from runbook.cli.verify_offer import run_now
         from runbook.remedies import plans
         from runbook.verify.record import verifiable
 
-        console = run.console()
-        with WebDesk(config, who, policy, publisher) as desk:
-            p = desk.store.get(run.pid)
-            why = policy.why_not(who, p.kind, p.root_cause) or verifiable(p)
-            if why:
-                raise Refused(why)
-            target = plans.Target.from_dict(p.target) if p.target else None
-            if target is None or not target.live:
-                raise Refused(
-                    f"proposal {p.id} came from a recorded bundle: there is no live "
-                    "node to check (run `runbook verify` naming the node)"
-                )
-            console.print(f"recovery check of {p.id} on {p.node}")
-            run_now(console, desk, p, target, as_user=who.name)
-            done = desk.store.get(run.pid)
-            return str((done.verification or {}).get("status") or "not run")
+        why = policy.why_not(who, p.kind, p.root_cause) or verifiable(p)
+        if why:
+            raise Refused(why)
+        target = plans.Target.from_dict(p.target) if p.target else None
+        if target is None or not target.live:
+            raise Refused(
+                f"proposal {p.id} came from a recorded bundle: there is no live "
+                "node to check (run `runbook verify` naming the node)"
+            )
+        console.print(f"recovery check of {p.id} on {p.node}")
+        run_now(console, desk, p, target, as_user=who.name)
+        done = desk.store.get(run.pid)
+        return str((done.verification or {}).get("status") or "not run")
 
-    return body
+    return _on_proposal(config, policy, who, publisher, step)
 
 
 def describe(run: Run | None) -> dict[str, Any] | None:

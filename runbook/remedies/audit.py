@@ -107,12 +107,12 @@ def new_entry(
     return entry, json.dumps(entry, ensure_ascii=False, default=str)
 
 
-class AuditLog:
-    """The chain in a JSON-lines file (with a SQLite store, or `--log FILE`)."""
+#: builds the entry that follows (seq, prev): the entry and its line
+_Build = Callable[[int, str | None], tuple[dict[str, Any], str]]
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.where = str(path)
+
+class _Chain:
+    """What both keepers of the chain append: an entry built by `new_entry` on the last."""
 
     def append(
         self,
@@ -123,6 +123,20 @@ class AuditLog:
         data: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Append one entry and return it (with its seq and hash)."""
+        return self._append(lambda seq, prev: new_entry(seq, prev, event, proposal, actor, data))
+
+    def _append(self, build: _Build) -> dict[str, Any]:
+        raise NotImplementedError
+
+
+class AuditLog(_Chain):
+    """The chain in a JSON-lines file (with a SQLite store, or `--log FILE`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.where = str(path)
+
+    def _append(self, build: _Build) -> dict[str, Any]:
         from runbook.remedies.owned import NotOwnedError, check_dir, check_fd
 
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -154,7 +168,7 @@ class AuditLog:
                             f"{self.path}: the last entry is unreadable ({exc}); "
                             "run `runbook audit verify` before appending"
                         ) from exc
-                entry, line = new_entry(seq, prev, event, proposal, actor, data)
+                entry, line = build(seq, prev)
                 with disk_full_as_error(self.path.parent):
                     _append_whole(handle.fileno(), (line + "\n").encode())
             finally:
@@ -180,13 +194,11 @@ class AuditLog:
 class ChainBackend(Protocol):
     where: str
 
-    def append_audit(
-        self, build: Callable[[int, str | None], tuple[dict[str, Any], str]]
-    ) -> dict[str, Any]: ...
+    def append_audit(self, build: _Build) -> dict[str, Any]: ...
     def audit_lines(self) -> Iterator[str]: ...
 
 
-class StoreAuditLog:
+class StoreAuditLog(_Chain):
     """The chain kept in the approval store's database (PostgreSQL: several machines append
     to one chain; the backend serialises appends and moves the anchor in the same
     transaction). Same entries, same hashes, same checks as the file."""
@@ -195,17 +207,8 @@ class StoreAuditLog:
         self.backend = backend
         self.where = f"{backend.where} (audit_entries)"
 
-    def append(
-        self,
-        event: str,
-        *,
-        proposal: str | None = None,
-        actor: str | None = None,
-        data: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        return self.backend.append_audit(
-            lambda seq, prev: new_entry(seq, prev, event, proposal, actor, data)
-        )
+    def _append(self, build: _Build) -> dict[str, Any]:
+        return self.backend.append_audit(build)
 
     def entries(self) -> Iterator[dict[str, Any]]:
         for line in self.backend.audit_lines():
