@@ -7,16 +7,71 @@ is this.
 
 from __future__ import annotations
 
+import math
+import secrets
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from runbook.transports import batch
 from runbook.transports.base import MAX_CAPTURE_BYTES, CommandResult, Deliver, Probe, Spill, decode
-from runbook.transports.marks import Gate, start_mark
+from runbook.transports.marks import Gate, start_mark, wrap_for_pgid
 
 #: a probe of a batch that has run this long hands the probes queued after it to another
 #: channel or exec: a hung `nvidia-smi` must not hold back the rest of the walk's evidence
 BATCH_PATIENCE_S = 0.25
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One batch as it is sent: its probes, its clock and its tokens."""
+
+    #: the first probes given that one script holds, up to one with another frame token
+    probes: Sequence[Probe]
+    start: float
+    #: when the caller's time is up (`within` of run_batch), or infinity
+    limit: float
+    #: the cancel's, seen in the command line
+    token: str
+    #: the start marks', sent on the input
+    begin: str
+    #: the end marks', sent on the input
+    secret: str
+    #: one frame token a batch (the walk's): a probe with another starts the next batch
+    frame: str
+
+    @property
+    def mark(self) -> bytes:
+        return batch.mark_for(self.secret)
+
+    def command(self) -> bytes:
+        """The script, run in a process group of its own that it says (marks.wrap_for_pgid)."""
+        script = batch.script(
+            [p.command for p in self.probes], [bool(p.secret) for p in self.probes]
+        )
+        return wrap_for_pgid(script, self.token).encode("utf-8", "surrogateescape")
+
+    def input(self) -> bytes:
+        """What the script reads first on its input: the tokens not on its command line."""
+        return f"{self.begin}\n{self.secret}\n{self.frame}\n".encode("ascii")
+
+
+def launch(probes: Sequence[Probe], within: float | None) -> Launch:
+    """The batch that starts with `probes[0]` (at least it), its tokens made now."""
+    start = time.monotonic()
+    frame = next((p.secret for p in probes if p.secret), "")
+    count = batch.fits([p.command for p in probes], [bool(p.secret) for p in probes])
+    count = next((i for i, p in enumerate(probes[:count]) if p.secret not in ("", frame)), count)
+    return Launch(
+        probes=probes[:count],
+        start=start,
+        limit=math.inf if within is None else start + within,
+        token=secrets.token_hex(8),
+        begin=secrets.token_hex(16),
+        secret=secrets.token_hex(16),
+        frame=frame,
+    )
 
 
 class BatchRun:

@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
-import secrets
 import selectors
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from runbook.transports import batch
 from runbook.transports.base import (
     CommandResult,
     Deliver,
@@ -52,9 +49,8 @@ from runbook.transports.base import (
     fail_all,
 )
 from runbook.transports.batch_run import BATCH_PATIENCE_S as BATCH_PATIENCE_S
-from runbook.transports.batch_run import BatchRun
+from runbook.transports.batch_run import BatchRun, launch
 from runbook.transports.local import Running, _reaper, kill_group
-from runbook.transports.marks import wrap_for_pgid
 
 log = logging.getLogger(__name__)
 
@@ -256,32 +252,21 @@ class PodExec:
         """`probes` one after another in one exec (base.BatchTransport's contract)."""
         if not probes:
             return
-        start = time.monotonic()
-        limit = math.inf if within is None else start + within
-        token = secrets.token_hex(8)  # the cancel's, seen in the command line
-        begin = secrets.token_hex(16)  # the start marks', sent on the input
-        secret = secrets.token_hex(16)  # the end marks', sent on the input
-        frame = next((p.secret for p in probes if p.secret), "")
-        framed = [bool(p.secret) for p in probes]
-        count = batch.fits([p.command for p in probes], framed)
-        count = next(
-            (i for i, p in enumerate(probes[:count]) if p.secret not in ("", frame)), count
-        )
-        mine = probes[:count]
-        script = batch.script([p.command for p in mine], framed[:count])
-        body = wrap_for_pgid(script, token).encode("utf-8", "surrogateescape")
+        sent = launch(probes, within)
+        start, limit, mine = sent.start, sent.limit, sent.probes
+        body = sent.command()
         proc = self._take()
         if isinstance(proc, str):
             fail_all(probes, deliver, proc, time.monotonic() - start)
             return
-        given = b"%d\n" % len(body) + body + f"{begin}\n{secret}\n{frame}\n".encode("ascii")
+        given = b"%d\n" % len(body) + body + sent.input()
         if len(given) < _PIPE_HOLDS:
             _give(proc, given)
         else:  # more than the pipe holds: kubectl may be slow to read it, the reader is not
             threading.Thread(target=_give, args=(proc, given), name="exec-input").start()
         with self._lock:
             self._unknown += 1
-        reader = _ExecReader(self, proc, mine, deliver, batch.mark_for(secret), begin)
+        reader = _ExecReader(self, proc, mine, deliver, sent.mark, sent.begin)
         try:
             reader.read(start, limit, spill)
         except BaseException:  # ^C while this thread reads: nothing of it may outlive us
@@ -289,8 +274,8 @@ class PodExec:
             raise
         finally:
             reader.finish()
-        if reader.handed_back is None and count < len(probes):
-            spill(count)
+        if reader.handed_back is None and len(mine) < len(probes):
+            spill(len(mine))
 
     def close(self) -> None:
         """Stop every exec in flight: their process groups in the pod first (a second exec

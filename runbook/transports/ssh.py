@@ -42,7 +42,6 @@ import dataclasses
 import errno
 import hashlib
 import logging
-import math
 import os
 import secrets
 import socket
@@ -62,7 +61,7 @@ from runbook.errors import (
     UnreachableError,
     UsageError,
 )
-from runbook.transports import batch, host_cert, known_hosts
+from runbook.transports import host_cert, known_hosts
 from runbook.transports.address import SSHAddress
 from runbook.transports.base import (
     CommandResult,
@@ -73,7 +72,7 @@ from runbook.transports.base import (
     fail_all,
 )
 from runbook.transports.batch_run import BATCH_PATIENCE_S as BATCH_PATIENCE_S
-from runbook.transports.batch_run import BatchRun
+from runbook.transports.batch_run import BatchRun, launch
 from runbook.transports.capture import BoundedBuffer
 from runbook.transports.known_hosts import KnownHostsFile
 from runbook.transports.marks import Gate as _Gate
@@ -473,11 +472,6 @@ def _connect_through(
     return _connect(address, options, sock)
 
 
-def _framed(probes: Sequence[Probe]) -> list[bool]:
-    """Which probes of a batch get the frame token on their input."""
-    return [bool(probe.secret) for probe in probes]
-
-
 class SSHTransport:
     """One paramiko connection to one host; `run` is safe from several threads."""
 
@@ -555,29 +549,15 @@ class SSHTransport:
         Each keeps its own timeout, counted from when the one before it ended; one that runs
         longer than BATCH_PATIENCE_S hands the probes after it back (`spill`), and once it ends
         the batch's process group is stopped, so none of them runs twice for long."""
-        start = time.monotonic()
-        limit = math.inf if within is None else start + within
-        token = secrets.token_hex(8)  # the cancel's, seen in the command line
-        begin = secrets.token_hex(16)  # the start marks', sent on the input
-        secret = secrets.token_hex(16)  # the end marks', sent on the input
-        mark = batch.mark_for(secret)
-        # one frame token a batch (the walk's): a probe with another starts the next batch
-        frame = next((p.secret for p in probes if p.secret), "")
-        count = batch.fits([probe.command for probe in probes], _framed(probes))
-        count = next(
-            (i for i, p in enumerate(probes[:count]) if p.secret not in ("", frame)), count
-        )
-        mine = probes[:count]
+        sent = launch(probes, within)
+        start, limit, mine, token = sent.start, sent.limit, sent.probes, sent.token
         with self._slots:
             channel: paramiko.Channel | None = None
             try:
                 channel = self._transport().open_session(timeout=self.options.connect_timeout)
                 wake = _watch(channel)
-                script = batch.script([probe.command for probe in mine], _framed(mine))
-                channel.exec_command(
-                    wrap_for_pgid(script, token).encode("utf-8", "surrogateescape")
-                )
-                channel.sendall(f"{begin}\n{secret}\n{frame}\n".encode("ascii"))
+                channel.exec_command(sent.command())
+                channel.sendall(sent.input())
                 channel.shutdown_write()
             except (OSError, paramiko.SSHException, EOFError) as exc:
                 if channel is not None:
@@ -585,7 +565,7 @@ class SSHTransport:
                 error = f"could not start: {exc or type(exc).__name__}"
                 fail_all(probes, deliver, error, time.monotonic() - start)
                 return
-            reader = _BatchReader(self, channel, wake, mine, deliver, mark, token, begin)
+            reader = _BatchReader(self, channel, wake, mine, deliver, sent.mark, token, sent.begin)
             try:
                 reader.read(start, limit, spill)
             except Exception as exc:  # a dying connection must be a result, never a crash
@@ -596,8 +576,8 @@ class SSHTransport:
             finally:
                 channel.close()
                 reader.close()
-        if reader.handed_back is None and count < len(probes):
-            spill(count)
+        if reader.handed_back is None and len(mine) < len(probes):
+            spill(len(mine))
 
     def _read(
         self,
