@@ -98,6 +98,8 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
                 }
                 for d in spy["dumps"][:64]
             ],
+            # each process whose stack waits in a collective, as evidence (its dump's line)
+            "waiting": _waiting(spy["dumps"][:64]),
         },
         "watchdog": {
             k: dog.get(k) or []
@@ -105,3 +107,23 @@ def hang_facts(files: Files, context: Mapping[str, Any]) -> dict[str, Any]:
         },
         "ncclras": ras,
     }
+
+
+def _waiting(dumps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each dump whose rank (or process) waits in a collective: where, as one evidence line."""
+    found = []
+    for d in dumps:
+        main = d.get("main") or {}
+        line = main.get("line")
+        if not main.get("collective") or not isinstance(line, int) or isinstance(line, bool):
+            continue
+        who = f"rank {d['rank']}" if d.get("rank") is not None else f"process {d.get('pid')}"
+        where = " → ".join(main.get("stack") or []) or main["collective"]
+        found.append(
+            {
+                "source": d.get("source"),
+                "line": line,
+                "text": f"{who} waits in {main['collective']}: {where}",
+            }
+        )
+    return found
