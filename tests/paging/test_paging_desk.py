@@ -57,24 +57,33 @@ async def deny_on_the_desk(app: Any, pid: str, link: str) -> tuple[int, int, flo
         return page.status_code, denied.status_code, time.monotonic() - started
 
 
+def paged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pagerduty: rx.Receiver, slack: rx.Receiver
+) -> tuple[Path, Path, Any, str, dict[str, Any]]:
+    """A desk's config paging both receivers, one proposal queued and its pages sent:
+    (store, config file, config, proposal id, PagerDuty's trigger)."""
+    db = tmp_path / "approvals.db"
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps({
+        "approvals": {"db": str(db)},
+        "desk": DESK,
+        "notify": {"pagerduty": {"url": pagerduty.url}, "slack": {"webhook_url": slack.url},
+                   "timeout": "1s"},
+    }))  # fmt: skip
+    monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
+    config = config_mod.load(path)
+    pid = enqueue(db)
+    with Store(str(db)) as store:
+        assert publish(config, store).notices_sent == 2
+    (trigger,) = pagerduty.accepted
+    return db, path, config, pid, trigger
+
+
 def test_a_notices_link_opens_the_proposal_on_the_desk_and_a_denial_there_resolves_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with rx.receiver("pagerduty") as pagerduty, rx.receiver("slack") as slack:
-        db = tmp_path / "approvals.db"
-        path = tmp_path / "config.yaml"
-        path.write_text(json.dumps({
-            "approvals": {"db": str(db)},
-            "desk": DESK,
-            "notify": {"pagerduty": {"url": pagerduty.url}, "slack": {"webhook_url": slack.url},
-                       "timeout": "1s"},
-        }))  # fmt: skip
-        monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
-        config = config_mod.load(path)
-        pid = enqueue(db)
-        with Store(str(db)) as store:
-            assert publish(config, store).notices_sent == 2
-        (trigger,) = pagerduty.accepted
+        _, path, config, pid, trigger = paged(tmp_path, monkeypatch, pagerduty, slack)
         link = trigger["links"][0]["href"]
         assert link == f"{BASE}/p/{pid}"
 
@@ -114,20 +123,7 @@ def test_a_denial_on_the_desk_never_waits_on_a_receiver_that_hangs_and_the_page_
     the desk publishes in its own thread, so the denial answers at once, and PagerDuty's
     resolve arrives once the publisher has given up on Slack."""
     with rx.receiver("pagerduty") as pagerduty, rx.receiver("slack") as slack:
-        db = tmp_path / "approvals.db"
-        path = tmp_path / "config.yaml"
-        path.write_text(json.dumps({
-            "approvals": {"db": str(db)},
-            "desk": DESK,
-            "notify": {"slack": {"webhook_url": slack.url}, "pagerduty": {"url": pagerduty.url},
-                       "timeout": "1s"},
-        }))  # fmt: skip
-        monkeypatch.setenv("RUNBOOK_PAGERDUTY_ROUTING_KEY", rx.ROUTING_KEY)
-        config = config_mod.load(path)
-        pid = enqueue(db)
-        with Store(str(db)) as store:
-            assert publish(config, store).notices_sent == 2
-        (trigger,) = pagerduty.accepted
+        db, path, config, pid, trigger = paged(tmp_path, monkeypatch, pagerduty, slack)
         with Store(str(db)) as store:  # queued since: owed a page everywhere
             store.enqueue(
                 key="gpu-node-08:shm-size-limit", kind="shm-size-limit", remedy="shm-size-limit",
