@@ -36,6 +36,11 @@ def git(repo: Path, *args: str) -> str:
 
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
+    return make_checkout(tmp_path)
+
+
+def make_checkout(tmp_path: Path) -> Path:
+    """A Git checkout holding the workload's manifest (job.yaml, one commit)."""
     repo = tmp_path / "deploy"
     repo.mkdir()
     git(repo, "init", "-q")

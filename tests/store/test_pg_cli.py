@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import CliResult, cli_env
-from tests.integration.test_approvals import JOB, git, size_limit
+from tests.integration.test_approvals import JOB, make_checkout, size_limit
 from tests.pg.server import PASSWORD, PASSWORD_ROLE, PgServer
 from tests.tools import bundles
 
@@ -51,15 +51,7 @@ def cli(tmp_path: Path, pg_url: str):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def checkout(tmp_path: Path) -> Path:
     """A Git checkout holding the workload's manifest (as tests/integration/test_approvals.py)."""
-    repo = tmp_path / "deploy"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    git(repo, "config", "user.email", "sre@example.com")
-    git(repo, "config", "user.name", "SRE")
-    (repo / "job.yaml").write_text(JOB)
-    git(repo, "add", "job.yaml")
-    git(repo, "commit", "-qm", "train-llm job")
-    return repo
+    return make_checkout(tmp_path)
 
 
 def queue(cli: Any, checkout: Path, **kw: Any) -> str:
