@@ -25,6 +25,8 @@ through the store), it
 dumps the recorder with ``torch._C._distributed_c10d._dump_fr_trace`` (pickle) or
 ``_dump_fr_trace_json``, logs one line, and signals the others. The gloo timeout itself
 (``HANG_TIMEOUT_S``, default 30) is only the backstop that ends a rank the test forgot.
+The watchdog is armed only once the rank reached the step that hangs: on a loaded machine an
+earlier collective can wait 1.5 s for a slow peer, and a dump of that wait is not the hang.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ import threading
 import time
 
 log = logging.getLogger("hangjob")
+#: set when this rank starts the step that hangs; the watchdog dumps nothing before it
+hang_step_reached = threading.Event()
 
 
 class _Utc(logging.Formatter):
@@ -76,13 +80,20 @@ def _watchdog(rank: int, hang_dir: str, fmt: str, after: float) -> None:
     signal = os.environ.get("HANG_SIGNAL") or os.path.join(hang_dir, "dump-signal")
     if os.environ.get("HANG_MODE") == "freeze":
         signal = os.path.join(hang_dir, f"no-signal-{rank}")
+    armed_at = None
     while True:
         time.sleep(0.2)
+        if not hang_step_reached.is_set():
+            continue
+        armed_at = armed_at or time.monotonic()
         try:
             pending = _pending_for(c10d)
         except Exception:  # the group is being torn down
             return
-        if pending >= after or os.path.exists(signal):
+        # signalled: dump once this rank's own collective of the step is recorded, or a second
+        # after the step began when it enters none (a rank that sleeps, reads a FIFO)
+        signalled = os.path.exists(signal) and (pending > 0 or time.monotonic() - armed_at >= 1.0)
+        if pending >= after or signalled:
             path = _dump(rank, c10d, fmt)
             log.info("hangjob watchdog: no progress for %.1f s; dumped to %s", pending, path)
             with open(signal, "a") as mark:
@@ -122,6 +133,8 @@ def main() -> int:
     try:
         for step in range(step_at + 3):
             log.info("step %d", step)
+            if step == step_at:
+                hang_step_reached.set()
             if step == step_at and rank == bad:
                 misbehave(mode, grads)
             elif step == step_at and mode == "freeze":
