@@ -74,6 +74,20 @@ def package_before(into: Path) -> Path | None:
     return into
 
 
+def _count_batches(transport: KubectlTransport) -> list[int]:
+    """The batches the walk sends through `transport` (their probe counts), as it sends them:
+    one exec request each is the target."""
+    sent: list[int] = []
+    inner = transport.exec.run_batch
+
+    def counted(probes: Any, deliver: Any, spill: Any, **kw: Any) -> None:
+        sent.append(len(probes))
+        inner(probes, deliver, spill, **kw)
+
+    transport.run_batch = transport.exec.run_batch = counted  # type: ignore[method-assign]
+    return sent
+
+
 def _execs(api: KubeApi) -> int:
     return sum(1 for r in api.requests if r.resource == "pods/exec")
 
@@ -140,6 +154,7 @@ def main() -> int:
             pod = agent["metadata"]["name"]
             walk_execs: dict[str, int] = {}
             probes: dict[str, int] = {}
+            batches: list[int] = []  # the batches the last batched walk sent
             for _ in range(args.repeat):
                 for name in walks:
                     before = _execs(api)
@@ -151,6 +166,8 @@ def main() -> int:
                     )
                     if walked is None:
                         continue
+                    if isinstance(walked, KubectlTransport):
+                        batches = _count_batches(walked)
                     try:
                         result = execute(runbook, walked)
                     finally:
@@ -184,6 +201,7 @@ def main() -> int:
             continue
         print(f"  {name:<18} {median_text(samples)}  {walk_execs[name]} exec requests "
               f"for {probes[name]} probe results")  # fmt: skip
+    print(f"  the batched walk's batches (probes each): {batches}")
     print(f"runbook sweep --kube-selector (one node): {sweep_execs} exec requests for the node")
     return 0
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -219,6 +219,29 @@ class Conductor:
                     continue  # its stage reports it
                 found.setdefault(stage.id, []).append(Probe(item.name, command, stage.timeout))
         return found
+
+    def may_send(self, sent: Container[tuple[str, str]], current: str | None = None) -> bool:
+        """Whether a stage not walked yet (other than `current`, the one running) that runs
+        whatever the evidence says (no `when` of its own) will need a probe the walk has not
+        sent (`sent`: (name, command) of those sent ahead or already collected): a command
+        that reads the walk's facts, or renders to a probe not sent. False: a transport that
+        starts its next channel ahead (kubectl exec) starts none. A stage with a `when` runs
+        on some evidence only (a DCGM diagnostic, seconds long): its channel is started when
+        it runs, and none is started ahead to be thrown away when it is skipped."""
+        ctx = self.context()
+        for stage in self.runbook.stages:
+            if stage.id in self.path or stage.id == current or stage.when:
+                continue
+            for item in stage.collect:
+                if _READS_WALK.search(item.command):
+                    return True
+                try:
+                    command = templating.render_command(item.command, ctx)
+                except TemplateError:
+                    continue  # its stage reports it, and sends nothing
+                if (item.name, command) not in sent:
+                    return True
+        return False
 
     def should_run(self, stage: Stage) -> tuple[bool, str]:
         """A stage's own `when`, and why it is skipped when it is false: its `skip_reason`, a

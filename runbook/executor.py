@@ -118,6 +118,22 @@ class _Prober:
         self._max = max(1, max_parallel)
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: dict[tuple[str, str], Future[CommandResult]] = {}
+        #: a transport that starts its next channel ahead (kubectl exec) is told whether
+        #: another burst may follow the one it is sent, so it starts none after the last
+        self._expect: Callable[[bool], None] | None = getattr(transport, "expect_more", None)
+
+    @property
+    def asks_ahead(self) -> bool:
+        """Whether the transport wants to know if another burst may follow (expect_more)."""
+        return self._expect is not None
+
+    def sent(self) -> set[tuple[str, str]]:
+        """(name, command) of the probes sent ahead and not yet taken by their stage."""
+        return set(self._ahead)
+
+    def _tell(self, more: bool) -> None:
+        if self._expect is not None:
+            self._expect(more)
 
     def _executor(self) -> ThreadPoolExecutor:
         if self._pool is None:
@@ -165,7 +181,9 @@ class _Prober:
             # those it delivered keep their results (deliver skips a future already set)
             fail_all(probes, deliver, f"transport failed: {type(exc).__name__}: {exc}")
 
-    def send_ahead(self, probes: Sequence[Probe]) -> None:
+    def send_ahead(self, probes: Sequence[Probe], *, more: bool = True) -> None:
+        """`more`: whether another burst may follow this one (see `_tell`)."""
+        self._tell(more)
         fresh: dict[tuple[str, str], Probe] = {}
         for probe in probes:
             key = (probe.name, probe.command)
@@ -174,7 +192,8 @@ class _Prober:
         for key, future in zip(fresh, self._send(list(fresh.values())), strict=True):
             self._ahead[key] = future
 
-    def run(self, probes: Sequence[Probe]) -> list[CommandResult]:
+    def run(self, probes: Sequence[Probe], *, more: bool = True) -> list[CommandResult]:
+        self._tell(more)
         if len(probes) == 1 and not self._ahead:
             return [self._run(framing.prepare(probes[0], self.token))]
         futures: list[Future[CommandResult] | None] = []
@@ -336,7 +355,7 @@ class _Walk:
     ) -> None:
         """The node's name and clocks, then every probe that needs no earlier stage's facts
         in one burst, then the run's first event."""
-        for result in self.prober.run(PREAMBLE):
+        for result in self.prober.run(PREAMBLE, more=self._more_after(None, preamble=True)):
             self.all_results[result.name] = result
         # the name the user typed wins over the node's own hostname: two targets are never one
         # node in reports, proposals and output directories (three hosts all called `vm`)
@@ -353,7 +372,9 @@ class _Walk:
         # more than the next stage's probes (those it sends itself) go ahead now
         ahead = conductor.ahead()
         if len(ahead) > 1:
-            self.prober.send_ahead([probe for probes in ahead.values() for probe in probes])
+            early = [probe for probes in ahead.values() for probe in probes]
+            sent = {(p.name, p.command) for p in early}
+            self.prober.send_ahead(early, more=self._more_after(None, also=sent))
         if self.run_dir and resumed:
             self.run_dir.event(
                 "run-resumed",
@@ -418,9 +439,28 @@ class _Walk:
             results.update(earlier)
             self.observer.probe_done(stage, next(iter(earlier.values())))
         commands = {p.name: p.command for p in fresh}
-        for result in self.prober.run(fresh):
+        for result in self.prober.run(fresh, more=self._more_after(stage.id)):
             self._take(stage, result, commands.get(result.name, result.command), results)
         return results
+
+    def _more_after(
+        self,
+        current: str | None,
+        *,
+        preamble: bool = False,
+        also: set[tuple[str, str]] | frozenset[tuple[str, str]] = frozenset(),
+    ) -> bool:
+        """Whether the walk may send another burst after the one it sends now (for a
+        transport that starts its next channel ahead: none is started after the last).
+        After the preamble, any stage with a probe may; later, a stage not walked yet, with
+        no `when` of its own, with a probe neither sent ahead (`also`: those going now) nor
+        collected (Conductor.may_send)."""
+        if not self.prober.asks_ahead:
+            return True
+        if preamble:
+            return any(stage.collect for stage in self.runbook.stages)
+        sent = self.prober.sent() | set(self.collected) | also
+        return self.conductor.may_send(sent, current)
 
     def _take(
         self,

@@ -176,6 +176,8 @@ def batch_of(wrapper: object, inner: Transport) -> None:
         wrapper.run_batch = wrapper._run_batch  # type: ignore[attr-defined]
         if hasattr(inner, "batch_size"):  # the probes it takes in one batch (executor)
             wrapper.batch_size = inner.batch_size  # type: ignore[attr-defined]
+        if hasattr(inner, "expect_more"):  # told whether another burst may follow (executor)
+            wrapper.expect_more = inner.expect_more  # type: ignore[attr-defined]
 
 
 def decode(data: bytes | bytearray) -> str:

@@ -17,8 +17,8 @@ child, does not), so the pid in the start mark names everything the probes start
 An exec is started ahead of each batch (the spare: BOOTSTRAP waits for its input), so a burst
 finds one already connected: its process start and API round trip overlap the batch before it.
 The first one is the target's connection check (it says when it runs in the pod); a second is
-started with it, as a walk's first burst goes as two batches at once. A walk sends its bursts'
-execs and the spare left at its end.
+started with it, for the walk's second burst. The walk says when no burst may follow the one
+it sends (`expect_more`): that one starts no spare, so a walk sends one exec a burst.
 
 A probe keeps its own timeout, counted from the end of the probe before it. One that runs past
 BATCH_PATIENCE_S hands the probes after it back to the caller (who sends them as a new exec)
@@ -61,7 +61,8 @@ STOP_GRACE_S = 3.0
 KILL_TIMEOUT_S = 15.0
 #: how long closing waits for the batches just sent to say their process groups
 CLOSE_WAIT_S = 3.0
-#: execs started by the connection: a walk's first burst goes as two batches at once
+#: execs started by the connection: a walk sends its first two bursts (the preamble, then every
+#: stage's independent probes) one right after the other
 FIRST_SPARES = 2
 #: the line an exec writes on stderr once it runs in the pod (BOOTSTRAP)
 READY = "__RBK_READY"
@@ -123,12 +124,21 @@ class PodExec:
         #: execs started ahead of the next batches, waiting in BOOTSTRAP for their script (a
         #: batch then costs no process start nor API round trip of its own)
         self._spares: list[subprocess.Popen[bytes]] = []
+        #: whether the walk may send another burst after those it sent (expect_more)
+        self._more = True
         self._closed = False
 
+    def expect_more(self, more: bool) -> None:
+        """The walk says whether another burst may follow the one it sends next: when none
+        may, taking the last spare starts no new one (an exec nobody would use is an API
+        request and a process in the pod for nothing). A hand-back still starts its exec."""
+        with self._lock:
+            self._more = more
+
     def connect(self, timeout: float) -> str | None:
-        """Start the first execs (FIRST_SPARES: a walk's first burst goes as two batches at
-        once) and wait until one runs in the pod (its ready line); None, or why it does not
-        (kubectl's last words)."""
+        """Start the first execs (FIRST_SPARES: the walk's first two bursts) and wait until
+        one runs in the pod (its ready line); None, or why it does not (kubectl's last
+        words)."""
         proc = self._start(BOOTSTRAP, True)
         if isinstance(proc, str):
             return proc
@@ -173,13 +183,13 @@ class PodExec:
         overlap this batch)."""
         with self._lock:
             spares, self._spares = self._spares, []
-            closed = self._closed
+            ahead = self._more and not self._closed
         live = [p for p in spares if p.poll() is None]
         for gone in spares:
             if gone not in live:
                 self._drop(gone)
         proc = live.pop(0) if live else self._start(BOOTSTRAP, True)
-        if not live and not closed:
+        if not live and ahead:
             nxt = self._start(BOOTSTRAP, True)
             if not isinstance(nxt, str):
                 live.append(nxt)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from runbook.executor import execute
+from runbook.spec import load_file, resolve
 from runbook.transports.base import CommandResult, Probe
 from runbook.transports.kube_exec import BATCH_PATIENCE_S
 from runbook.transports.nsenter import KubectlTransport
@@ -63,6 +65,32 @@ def test_a_burst_of_probes_is_one_exec_each_with_its_own_output_and_status(
     assert len(kube_cluster.exec_requests()) <= 2
     # the batch is not in any exec's command line (nor the API server's audit log)
     assert not [r for r in kube_cluster.exec_requests() if "echo 5" in " ".join(r.query["command"])]
+
+
+def test_a_guided_walk_sends_one_exec_a_batch_and_none_ahead_after_its_last(
+    kube_cluster: KubeCluster,
+) -> None:
+    """API double: the whole nccl-init-failure walk over the agent: the exec requests the API
+    sees are the walk's batches, one each (the transport counts them as the executor sends
+    them), with none started ahead after the last one (before: one more, killed unused)."""
+    kube_cluster.api.clear_log()
+    transport = _transport(kube_cluster)
+    batches = []
+    inner = transport.exec.run_batch
+
+    def counted(probes: Any, deliver: Any, spill: Any, **kw: Any) -> None:
+        batches.append(len(probes))
+        inner(probes, deliver, spill, **kw)
+
+    transport.run_batch = transport.exec.run_batch = counted  # type: ignore[method-assign]
+    try:
+        result = execute(load_file(resolve("nccl-init-failure")), transport)
+    finally:
+        transport.close()
+    execs = kube_cluster.exec_requests()
+    assert len(result.results) > 20 and len(batches) >= 3, batches
+    # the first exec is the connection check, and it runs the first batch
+    assert len(execs) == len(batches), (len(execs), batches)
 
 
 def test_a_burst_larger_than_one_script_goes_as_two_execs_each_probe_whole(

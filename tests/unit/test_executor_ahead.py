@@ -109,3 +109,26 @@ def test_the_shipped_runbook_gives_the_same_verdict_sent_ahead_or_one_stage_at_a
         verdict.pop("duration_s", None)
     assert ahead == sequential
     assert ahead["root_cause"] == "host-memory-oom"
+
+
+class Hinted(Watched):
+    """A transport that starts its next channel ahead (kubectl exec): it is told, before each
+    burst, whether the walk may send another after it."""
+
+    def __init__(self, independent: int) -> None:
+        super().__init__(independent)
+        self.hints: list[bool] = []
+
+    def expect_more(self, more: bool) -> None:
+        self.hints.append(more)
+
+
+def test_the_transport_is_told_when_no_burst_can_follow_so_it_starts_none_ahead() -> None:
+    transport = Hinted(independent=4)
+    result = execute(load_text(RUNBOOK), transport, max_parallel=8)
+    assert result.results["dependent.txt"].stdout == "a-seen\n"
+    # the preamble, every independent probe ahead, then each stage's own probes as it comes:
+    # after the first stage, `second` still has a probe that reads its facts (a burst to come);
+    # after `second`'s, none: `gated` runs on some evidence only (its channel is started when
+    # it runs), and `third`'s probe was sent ahead
+    assert transport.hints == [True, True, True, False, False], transport.hints
