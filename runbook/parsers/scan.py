@@ -64,6 +64,34 @@ def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
     for _ in range(2):
         free.put(bytearray(BLOCK_BYTES))
     ready: queue.SimpleQueue[Block | BaseException | None] = queue.SimpleQueue()
+    # Hyperscan searches the block's second half in a thread of its own (a twin database: a
+    # scratch space serves one thread), beside this one's search of the first half: the
+    # search is the read-ahead's largest cost, and without the split it, not the counting
+    # here, set the pace on two cores (a quiet 1 GiB log: the read-ahead about 1 s, the
+    # counting 0.45 s; the whole analysis 1.8 s before the split, 1.5 s after)
+    twin = finder.twin() if finder.database is not None else None
+    halves: queue.SimpleQueue[tuple[bytearray, int, int] | None] = queue.SimpleQueue()
+    halved: queue.SimpleQueue[tuple[list[int], int | None] | BaseException] = queue.SimpleQueue()
+
+    def search_halves() -> None:
+        assert twin is not None
+        while (job := halves.get()) is not None:
+            try:
+                halved.put(twin.scan(*job))
+            except BaseException as exc:  # handed to the read-ahead, raised there
+                halved.put(exc)
+
+    def search(buffer: bytearray, size: int) -> tuple[list[int], int | None]:
+        # no keyword holds a line end: one cut after a newline splits no match
+        mid = buffer.rfind(b"\n", 0, size // 2) + 1 if twin is not None else 0
+        if mid == 0:
+            return finder.scan(buffer, 0, size)
+        halves.put((buffer, mid, size))
+        offsets, tally_from = finder.scan(buffer, 0, mid)
+        second = halved.get()
+        if isinstance(second, BaseException):
+            raise second
+        return offsets + second[0], second[1] if tally_from is None else tally_from
 
     def read() -> None:
         try:
@@ -72,13 +100,17 @@ def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
                     size = handle.readinto(memoryview(buffer))
                     if not size:
                         break
-                    ready.put((buffer, size, *finder.scan(buffer, 0, size)))
+                    ready.put((buffer, size, *search(buffer, size)))
             ready.put(None)
         except BaseException as exc:  # handed to the reader below, raised there
             ready.put(exc)
 
     thread = threading.Thread(target=read, name="scan-read-ahead", daemon=True)
     thread.start()
+    helper = None
+    if twin is not None:
+        helper = threading.Thread(target=search_halves, name="scan-search-half", daemon=True)
+        helper.start()
     try:
         while (item := ready.get()) is not None:
             if isinstance(item, BaseException):
@@ -90,6 +122,9 @@ def _blocks(result: CommandResult, finder: _Finder) -> Iterator[Block]:
     finally:
         free.put(None)  # a reader stopped early ends the thread too
         thread.join()
+        if helper is not None:
+            halves.put(None)
+            helper.join()
 
 
 def _decode(line: bytes | bytearray) -> str:
@@ -110,6 +145,7 @@ class _Finder:
         self.pattern = None
         self.database = None
         engine = engine or ENGINE
+        self._engine = engine
         if engine == "hyperscan" and _hs is not None and keys:
             # compiled per scan (~1 ms): a database's scratch space must not be shared
             # between the threads of a sweep
@@ -125,6 +161,11 @@ class _Finder:
             options = _re2.Options()
             options.never_capture = True  # we only need where; ~15% faster
             self.pattern = _re2.compile(alternation, options)
+
+    def twin(self) -> _Finder:
+        """A finder of the same keywords and probes with a database of its own (for another
+        thread)."""
+        return _Finder(self.keys, self._engine, self.probes)
 
     def scan(self, block: bytes | bytearray, lo: int, hi: int) -> tuple[list[int], int | None]:
         """(the keywords' offsets in block[lo:hi], the offset of the first probe's last byte
