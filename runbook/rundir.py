@@ -199,6 +199,9 @@ class RunRecord:
     started_at: str = ""
     #: variables whose value looked like a credential and was not written
     redacted: tuple[str, ...] = ()
+    #: the user signature catalog the run read evidence with (--signatures, or the config's
+    #: signatures.user_catalog), so a resumed run reads the rest with the same one
+    signatures: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -215,6 +218,7 @@ class RunRecord:
             "as_user": self.as_user,
             "no_input": self.no_input,
             "started_at": self.started_at,
+            "signatures": self.signatures,
         }
 
     @classmethod
@@ -238,7 +242,12 @@ class RunRecord:
             no_input=bool(data.get("no_input")),
             started_at=str(data.get("started_at") or ""),
             redacted=tuple(str(n) for n in data.get("redacted_variables") or ()),
+            signatures=_str_or_none(data.get("signatures")),
         )
+
+
+def _str_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def new_record(

@@ -315,6 +315,7 @@ def start_run(
     """Load RUNBOOK (hashing the very bytes loaded) while the target opens, then make the run
     directory (locked: a resume cannot write it at the same time) and write run.json."""
     from runbook.rundir import RECORD, RunDirectory, new_path, new_record, read_runbook
+    from runbook.signatures import user_catalog_path
 
     options = options or RunOptions()
     target.check_scheme()
@@ -331,6 +332,7 @@ def start_run(
             config=str(Path(options.config).resolve()) if options.config else None,
             as_user=options.as_user,
             no_input=options.no_input,
+            signatures=_absolute(user_catalog_path()),
         )
         # while the handshake waits on the network: the parsers the walk will call
         from runbook.parsers import registry
@@ -362,6 +364,11 @@ class PendingApprovals:
     desk: Desk
     queued: list[Queued]
     ledger: ApprovalLedger
+
+
+def _absolute(path: str | None) -> str | None:
+    """`path` resolved from the working directory now (a resumed run may start elsewhere)."""
+    return None if path is None else str(Path(path).expanduser().resolve())
 
 
 def _requeued(desk: Desk, pid: str) -> Queued:

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from runbook.cli.options import format_option, parse_vars, target_options, var_option
+from runbook.cli.signatures import signatures_option, use_signatures
 from runbook.errors import RunbookError
 
 
@@ -40,12 +41,17 @@ from runbook.errors import RunbookError
 )
 @format_option("text", "json", default="text")
 @target_options
+@signatures_option
+@click.pass_context
 def npd(
+    ctx: click.Context,
+    /,
     runbook_ref: str,
     target: str,
     var_items: tuple[str, ...],
     max_output_length: int,
     fmt: str,
+    signatures_file: str | None,
     **kw: Any,
 ) -> None:
     """Check this node once for node-problem-detector: exit 0 OK, 1 a hardware fault that
@@ -56,6 +62,8 @@ def npd(
     from runbook.session import TargetSpec, diagnose
 
     try:
+        # the user's signatures (the flag's, or the config's) read the node as `run` would
+        use_signatures(ctx, signatures_file)
         result = diagnose(TargetSpec.from_flags(target, kw), runbook_ref, parse_vars(var_items))
         outcome = mapping.from_verdict(result.verdict, max_output_length)
     except RunbookError as exc:

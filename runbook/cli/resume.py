@@ -58,6 +58,7 @@ def resume(
     runbook resume ~/.local/state/nccl-runbook/runs/20260304T104000Z-nccl-init-failure-3f9c0a
     """
     from runbook import config as config_mod
+    from runbook import signatures
     from runbook.cli.approvals import approvals_phase
     from runbook.interrupt import as_interrupted
     from runbook.render.console import GuidedConsole, render_verdict
@@ -75,6 +76,12 @@ def resume(
         obj = ctx.find_root().obj or {}
         config_file = obj.get("config") or record.config
         cfg = config_mod.load(Path(config_file) if config_file else None, db=record.db)
+        # the rest of the evidence is read with the catalog the run began with; a run from
+        # before runs recorded it: the config's
+        signatures.use_user_catalog(
+            record.signatures
+            or config_mod.user_catalog(Path(config_file) if config_file else None)
+        )
         console = output_console(stderr=fmt == "json")
         if record.cwd and Path(record.cwd).is_dir():
             os.chdir(record.cwd)  # relative paths in the variables mean what they meant

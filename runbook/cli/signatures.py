@@ -1,6 +1,7 @@
 """`runbook signatures test FILE BUNDLE`: which lines of a bundle each entry of a user signature
 catalog matches, before it is used (`signatures.user_catalog` in the config, or `--signatures
-FILE` on analyze and run); and the `--signatures` option those commands share.
+FILE` on analyze, run and npd; resume reads with the one its run recorded); and the
+`--signatures` option those commands share.
 
 A line is shown under every entry whose pattern it holds, and marked when the analysis would
 read it as another entry (an earlier user entry, or for a line no user entry takes first, a

@@ -241,3 +241,66 @@ def test_analyze_dir_reads_every_bundle_with_the_configured_user_catalog(
     main([*args, "--format", "json"])
     report = json.loads(capsys.readouterr().out)
     assert [h["root_cause"] for h in report["hosts"]] == ["rdma-misconfigured"]
+
+
+def _exit_code(args: list[str]) -> int:
+    try:
+        return main(args)
+    except SystemExit as done:  # npd ends with its status
+        return int(done.code or 0)
+
+
+def test_npd_reads_the_node_with_the_user_catalog_of_its_flag_or_the_config(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The node-problem-detector check reads a node as `run` does: with --signatures FILE, or
+    the config's signatures.user_catalog (it read with the shipped catalog alone)."""
+    path = bundle(tmp_path)
+    mine = catalog(tmp_path, GOOD.replace("role: cause\n    cause: gpu-hardware", "role: context"))
+    config = tmp_path / "config.yaml"
+    config.write_text(f"signatures:\n  user_catalog: {mine.name}\n")
+    target = ["--target", f"replay://{path}", "--format", "json"]
+    runs = {
+        "shipped": ["npd", *target],
+        "flag": ["npd", *target, "--signatures", str(mine)],
+        "config": ["--config", str(config), "npd", *target],
+    }
+    messages = {}
+    for name, args in runs.items():
+        assert _exit_code(args) == 0
+        messages[name] = json.loads(capsys.readouterr().out)["message"]
+        signatures.use_user_catalog(None)  # each as a process of its own
+    assert messages["shipped"].endswith("(verdict: inconclusive)"), messages
+    assert messages["flag"].endswith("(verdict: rdma-misconfigured)"), messages
+    assert messages["config"] == messages["flag"]
+    # a bad catalog: NPD's unknown, one line
+    bad = catalog(tmp_path, "format: 1\nsignatures: 3\n", "bad.yaml")
+    assert _exit_code(["npd", *target, "--signatures", str(bad), "--max-output-length", "400"]) == 2
+    assert "bad.yaml" in json.loads(capsys.readouterr().out)["message"]
+
+
+def test_a_resumed_run_reads_the_rest_with_the_catalog_the_run_began_with(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.json names the user catalog (--signatures) the run read with; a run killed right
+    after it started is resumed, in a process without the flag, with that catalog."""
+    monkeypatch.setenv("RUNBOOK_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.chdir(tmp_path)
+    path = bundle(tmp_path)
+    catalog(tmp_path, GOOD.replace("role: cause\n    cause: gpu-hardware", "role: context"))
+    run_dir = tmp_path / "run"
+    first = analyze(["run", "nccl-init-failure", "--target", f"replay://{path}", "--no-input",
+                     "--run-dir", str(run_dir), "--signatures", "mine.yaml"], capsys)  # fmt: skip
+    assert first["root_cause"] == "rdma-misconfigured"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["signatures"] == str(tmp_path / "mine.yaml")  # absolute: resume may run elsewhere
+    for done in ("state.json", "verdict.json", "approvals.json"):
+        (run_dir / done).unlink(missing_ok=True)
+    events = (run_dir / "events.jsonl").read_text().splitlines()
+    (run_dir / "events.jsonl").write_text(events[0] + "\n")
+    signatures.use_user_catalog(None)  # a new process: no flag, no config
+    monkeypatch.chdir(tmp_path / "bundle")
+    assert main(["resume", str(run_dir), "--no-input", "--format", "json"]) == 0
+    capsys.readouterr()
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    assert verdict["root_cause"] == "rdma-misconfigured"
