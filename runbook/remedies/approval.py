@@ -574,6 +574,7 @@ class Desk:
             check=check,
             on_task=on_task,
             limit=plan.limit,
+            kubectl=plan.kubectl,
         )
 
 

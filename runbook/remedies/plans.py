@@ -92,6 +92,9 @@ class Plan:
     #: where the playbook runs, said for the approver: `gpu-node-01 = root@10.0.0.5:24510
     #: via root@10.0.0.9:22`, or this machine (runs_on_node, runs_here)
     runs_on: str = ""
+    #: the kubectl the run reached the node with (`--kubectl`), when not the one on PATH:
+    #: Ansible's kubectl connection runs it too (node_kubectl)
+    kubectl: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -103,6 +106,8 @@ class Plan:
             "guard": self.guard,
             "sources": self.sources,
             "runs_on": self.runs_on,
+            # only when the run named one: a plan over ssh says nothing of kubectl
+            **({"kubectl": self.kubectl} if self.kubectl else {}),
         }
 
     @classmethod
@@ -116,6 +121,7 @@ class Plan:
             guard=dict(data.get("guard") or {}),
             sources=dict(data.get("sources") or {}),
             runs_on=str(data.get("runs_on") or ""),
+            kubectl=data.get("kubectl") or None,
         )
 
 
@@ -164,6 +170,15 @@ def node_plan(name: str, target: Target) -> tuple[dict[str, Any], str]:
     return node_inventory(name, target), runs_on_node(name, target)
 
 
+def node_kubectl(target: Target) -> str | None:
+    """The kubectl a plan on node_inventory(…, target) must run when the run used another
+    than the one on PATH (`--kubectl`): kubernetes.core's kubectl connection takes no path of
+    its own, it runs the `kubectl` its PATH finds (run_playbook puts this one there)."""
+    if target.scheme == "kubectl" and target.kubectl and target.kubectl != "kubectl":
+        return target.kubectl
+    return None
+
+
 def runs_on_node(name: str, target: Target) -> str:
     """Where node_inventory(name, target) runs, for the approver: the node's name and the
     address it resolves to (user@host:port, the jump hosts)."""
@@ -176,7 +191,8 @@ def runs_on_node(name: str, target: Target) -> str:
         return f"{name} = this machine (local)"
     if scheme == "kubectl":
         context = f", context {target.kube_context}" if target.kube_context else ""
-        return f"{name} = {target.url} (kubectl exec{context})"
+        program = node_kubectl(target) or "kubectl"
+        return f"{name} = {target.url} ({program} exec{context})"
     return f"{name} = {target.url}"
 
 

@@ -226,8 +226,10 @@ def run_playbook(
     on_task: Callable[[TaskOutcome], None] | None = None,
     timeout: float = 3600.0,
     limit: str | None = None,
+    kubectl: str | None = None,
 ) -> PlaybookResult:
-    """Run `playbooks/<playbook>` once (check mode with `check`), always with --diff."""
+    """Run `playbooks/<playbook>` once (check mode with `check`), always with --diff.
+    `kubectl`: the kubectl Ansible must find first on its PATH, as `kubectl` (Plan.kubectl)."""
     import ansible_runner  # slow to import: only when a remedy really runs
 
     content = content_dir()
@@ -239,6 +241,13 @@ def run_playbook(
     control = tempfile.mkdtemp(prefix="rbcp")
     collections = Path(tempfile.mkdtemp(prefix="rbcol"))
     envvars = _ansible_env(link_collection(content, collections), control)
+    if kubectl is not None:
+        try:
+            envvars["PATH"] = _kubectl_first(kubectl, control) + os.pathsep + envvars["PATH"]
+        except PlaybookError:
+            shutil.rmtree(control, ignore_errors=True)
+            shutil.rmtree(collections, ignore_errors=True)
+            raise
     outcomes: list[TaskOutcome] = []
 
     def handler(event: dict[str, Any]) -> bool:
@@ -286,6 +295,19 @@ def run_playbook(
         stdout=_stdout(artifacts),
         interrupted=stop.signum,
     )
+
+
+def _kubectl_first(kubectl: str, into: str) -> str:
+    """A directory (inside `into`) holding one link, `kubectl`, to `kubectl` (a path, or a
+    name PATH finds): first on ansible-playbook's PATH, it is the one the kubectl connection
+    runs. PlaybookError when there is no such program."""
+    found = shutil.which(kubectl)
+    if found is None:
+        raise PlaybookError(f"kubectl {kubectl!r}: no such program (the run's --kubectl)")
+    bindir = Path(into) / "kubectl-bin"
+    bindir.mkdir(mode=0o700)
+    (bindir / "kubectl").symlink_to(Path(found).resolve())
+    return str(bindir)
 
 
 def _write_inputs(

@@ -41,6 +41,7 @@ class NcclIbDisableAb(KindDefaults):
             playbook=plans.playbook_named(proposal, "nccl-ib-disable-ab.yml"),
             inventory=inventory,
             runs_on=runs_on,
+            kubectl=plans.node_kubectl(ctx.target),
             extravars=extravars,
             describe=(
                 f"on {ctx.node}: all_reduce_perf -b 8M -e 1G -f 2 -g {gpus} twice, with "
