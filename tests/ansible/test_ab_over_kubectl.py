@@ -96,3 +96,31 @@ def test_a_kubectl_the_plan_cannot_find_is_one_error_before_ansible_starts(
         run_playbook("nccl-ib-disable-ab.yml", inventory={"all": {"hosts": {}}}, extravars={},
                      private_dir=tmp_path / "a", check=True,
                      kubectl=str(tmp_path / "nowhere" / "kubectl"))  # fmt: skip
+
+
+def test_a_case_whose_command_never_started_fails_the_host_and_saves_no_result(
+    ssh_host, host_network, ansible_env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Through a kubectl that cannot exec (the connection's module run fails), no case ran: the
+    host fails at the run itself, and no `.rc` file passes the module's status off as the
+    collective's exit status (it failed on a template error after saving nothing, or it
+    would have saved rc 1 as a finding)."""
+    node = ssh_host("gpu-n")
+    install_ab_all_reduce_perf(node)
+    said = "#!/bin/sh\necho 'error: unable to upgrade connection' >&2\nexit 1\n"
+    broken = _executable(tmp_path / "tools" / "kubectl", said)
+    for name, value in ansible_env.items():
+        monkeypatch.setenv(name, value)
+    target = plans.Target("kubectl://kube-system/agent-n", kubectl=str(broken))
+    ctx = plans.PlanContext(node="gpu-n", target=target, variables={},
+                            work_dir=tmp_path / "work")  # fmt: skip
+    plan = NcclIbDisableAb().plan({"params": {"gpus": 4}}, ctx)
+    result = run_playbook(plan.playbook, inventory=plan.inventory, extravars=plan.extravars,
+                          private_dir=tmp_path / "ansible", check=False, kubectl=plan.kubectl)
+    assert result.status == "failed", result.stdout[-3000:]
+    failed = [t for t in result.tasks if t.status == "failed"]
+    assert failed and "Run the collective test" in failed[0].task, result.stdout[-3000:]
+    assert "Error while evaluating conditional" not in result.stdout
+    out = Path(plan.extravars["nccl_ab_test_output_dir"]) / "gpu-n"
+    assert not out.exists() or not list(out.glob("*.rc"))
+    assert calls(node) == []
