@@ -407,15 +407,26 @@ def job_cgroup(facts: Facts, variables: Variables) -> str:
     """The job's memory cgroup as a pattern over the kernel's memcg paths: from `--cgroup DIR`
     (`/sys/fs/cgroup/memory/<path>` on v1 and `/sys/fs/cgroup/<path>` on v2 both mean
     `^/<path>`, or a child of it), else from pod.json's UID (`pod<uid>`, or the systemd
-    `pod<uid_with_underscores>`); "" when neither is known."""
+    `pod<uid_with_underscores>`); "" when neither is known. The path and the UID are literal
+    text in the pattern (`kubepods.slice`'s dot is a dot; a `[` typed in --cgroup is no error)."""
     cgroup_dir = variables.get("cgroup_dir")
     if cgroup_dir:
         text = str(cgroup_dir)
         less = _LESS_TRAILING_SLASHES.search(text)  # it always matches
         path = (less.group(0) if less else text).replace("/sys/fs/cgroup/memory/", "/")
-        return "^" + path.replace("/sys/fs/cgroup/", "/") + "(/|$)"
+        return "^" + _literal(path.replace("/sys/fs/cgroup/", "/")) + "(/|$)"
     uid = _section(facts, "kube", "pod").get("uid")
-    return "pod" + str(uid).replace("-", "[-_]") if uid else ""
+    return "pod" + "[-_]".join(_literal(part) for part in str(uid).split("-")) if uid else ""
+
+
+#: the characters a pattern reads as its own (outside a class): a path's dashes and slashes
+#: stay as they are
+_PATTERN_CHARS = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def _literal(text: str) -> str:
+    """`text` as a pattern that matches it and only it."""
+    return _PATTERN_CHARS.sub(r"\\\1", text)
 
 
 def _memcg_ooms(facts: Facts) -> list[Any]:

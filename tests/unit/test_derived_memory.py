@@ -93,7 +93,7 @@ MEMCGS = st.sampled_from(
 )  # fmt: skip
 CGROUP_DIRS = st.sampled_from(
     [None, "", "/job", "/job/", "job", "/sys/fs/cgroup/job", "/sys/fs/cgroup/memory/job//",
-     "/sys/fs/cgroup/", "/sys/fs/cgroup/memory/", "/", "///", "/kubepods.slice", "/job\n/x",
+     "/sys/fs/cgroup/", "/sys/fs/cgroup/memory/", "/", "///", "/kubepods-slice", "/job\n/x",
      0, 5, True]
 )  # fmt: skip
 PIDS = st.sampled_from([None, 0, 1, 2, 4711, "2"])
@@ -247,6 +247,21 @@ def test_the_jobs_cgroup_from_cgroup_is_the_kernels_memcg_path(
 ) -> None:
     pod = {"kube": {"pod": {"uid": "1234-ab"}}}
     assert derived.compute("job_cgroup", pod, {"cgroup_dir": cgroup_dir}) == pattern
+
+
+def test_the_jobs_cgroup_is_the_literal_path_whatever_characters_it_holds() -> None:
+    """A dot in --cgroup is a dot, and a bracket is no pattern error (the former expression
+    put the path in the pattern as it was: `[` failed every OOM predicate of the stage)."""
+    dotted = {"cgroup_dir": "/kubepods.slice/kubepods-pod1.slice"}
+    oom = _oom("/kubepods.slice/kubepods-pod1.slice/c")
+    near = _oom("/kubepodsXslice/kubepods-pod1Xslice/c")
+    facts = {"dmesg": {"collected": True, "memcg_ooms": [oom, near], "global_ooms": []}}
+    assert derived.compute("job_ooms", facts, dotted) == [oom]
+    odd = {"cgroup_dir": "/job[(+"}
+    assert derived.compute("job_cgroup", {}, odd) == r"^/job\[\(\+(/|$)"
+    facts["dmesg"]["memcg_ooms"] = [_oom("/job[(+/rank0"), _oom("/jobs")]
+    assert derived.compute("job_ooms", facts, odd) == [facts["dmesg"]["memcg_ooms"][0]]
+    assert derived.compute("job_cgroup", {"kube": {"pod": {"uid": "a.b-c"}}}, {}) == r"poda\.b[-_]c"
 
 
 def test_the_jobs_cgroup_from_the_pod_uid_matches_both_spellings() -> None:
