@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -205,20 +205,31 @@ class Conductor:
         stage not walked yet that has no `when` of its own, whose command reads no stage's
         facts or results — rendered now, they are what their stage will render (the walk
         checks: a command that renders otherwise is run then, and the early one is not used)."""
-        ctx = self.context()
         found: dict[str, list[Probe]] = {}
+        for stage, name, command in self._unwalked_probes():
+            if command is not None:
+                found.setdefault(stage.id, []).append(Probe(name, command, stage.timeout))
+        return found
+
+    def _unwalked_probes(
+        self, current: str | None = None
+    ) -> Iterator[tuple[Stage, str, str | None]]:
+        """(stage, probe name, command rendered now) of every stage not walked yet (nor
+        `current`) without a `when` of its own; the command None when it reads the walk's
+        facts or results (it is rendered when its stage comes). A template that does not
+        render is left out: its stage reports it."""
+        ctx = self.context()
         for stage in self.runbook.stages:
-            if stage.id in self.path or stage.when:
+            if stage.id in self.path or stage.id == current or stage.when:
                 continue
             for item in stage.collect:
                 if _READS_WALK.search(item.command):
+                    yield stage, item.name, None
                     continue
                 try:
-                    command = templating.render_command(item.command, ctx)
+                    yield stage, item.name, templating.render_command(item.command, ctx)
                 except TemplateError:
-                    continue  # its stage reports it
-                found.setdefault(stage.id, []).append(Probe(item.name, command, stage.timeout))
-        return found
+                    continue
 
     def may_send(self, sent: Container[tuple[str, str]], current: str | None = None) -> bool:
         """Whether a stage not walked yet (other than `current`, the one running) that runs
@@ -228,20 +239,10 @@ class Conductor:
         starts its next channel ahead (kubectl exec) starts none. A stage with a `when` runs
         on some evidence only (a DCGM diagnostic, seconds long): its channel is started when
         it runs, and none is started ahead to be thrown away when it is skipped."""
-        ctx = self.context()
-        for stage in self.runbook.stages:
-            if stage.id in self.path or stage.id == current or stage.when:
-                continue
-            for item in stage.collect:
-                if _READS_WALK.search(item.command):
-                    return True
-                try:
-                    command = templating.render_command(item.command, ctx)
-                except TemplateError:
-                    continue  # its stage reports it, and sends nothing
-                if (item.name, command) not in sent:
-                    return True
-        return False
+        return any(
+            command is None or (name, command) not in sent
+            for _stage, name, command in self._unwalked_probes(current)
+        )
 
     def should_run(self, stage: Stage) -> tuple[bool, str]:
         """A stage's own `when`, and why it is skipped when it is false: its `skip_reason`, a

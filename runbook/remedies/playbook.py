@@ -236,18 +236,14 @@ def run_playbook(
     path = content / "playbooks" / playbook
     if not path.is_file():
         raise PlaybookError(f"no playbook {playbook!r} in {content / 'playbooks'}")
+    program = None if kubectl is None else _kubectl_program(kubectl)
     inventory_file = _write_inputs(private_dir, inventory, extravars)
     # ssh control sockets need a short path (108 bytes); the private dir can be deep
     control = tempfile.mkdtemp(prefix="rbcp")
     collections = Path(tempfile.mkdtemp(prefix="rbcol"))
     envvars = _ansible_env(link_collection(content, collections), control)
-    if kubectl is not None:
-        try:
-            envvars["PATH"] = _kubectl_first(kubectl, control) + os.pathsep + envvars["PATH"]
-        except PlaybookError:
-            shutil.rmtree(control, ignore_errors=True)
-            shutil.rmtree(collections, ignore_errors=True)
-            raise
+    if program is not None:
+        envvars["PATH"] = _kubectl_first(program, control) + os.pathsep + envvars["PATH"]
     outcomes: list[TaskOutcome] = []
 
     def handler(event: dict[str, Any]) -> bool:
@@ -297,16 +293,20 @@ def run_playbook(
     )
 
 
-def _kubectl_first(kubectl: str, into: str) -> str:
-    """A directory (inside `into`) holding one link, `kubectl`, to `kubectl` (a path, or a
-    name PATH finds): first on ansible-playbook's PATH, it is the one the kubectl connection
-    runs. PlaybookError when there is no such program."""
+def _kubectl_program(kubectl: str) -> Path:
+    """The program `kubectl` (a path, or a name PATH finds) is; PlaybookError when none."""
     found = shutil.which(kubectl)
     if found is None:
         raise PlaybookError(f"kubectl {kubectl!r}: no such program (the run's --kubectl)")
+    return Path(found).resolve()
+
+
+def _kubectl_first(program: Path, into: str) -> str:
+    """A directory (inside `into`) holding one link, `kubectl`, to `program`: first on
+    ansible-playbook's PATH, it is the one the kubectl connection runs."""
     bindir = Path(into) / "kubectl-bin"
     bindir.mkdir(mode=0o700)
-    (bindir / "kubectl").symlink_to(Path(found).resolve())
+    (bindir / "kubectl").symlink_to(program)
     return str(bindir)
 
 
