@@ -312,15 +312,27 @@ def tally_costs(path: Path, repeat: int = 9) -> list[tuple[str, float]]:
         collections.Counter(keys)
         dict(zip(keys, range(len(keys)), strict=True))
 
+    def located(fast: Any) -> None:
+        old, scan.FAST = scan.FAST, fast
+        try:
+            scan.Tally(dmesg.CORRECTED_AER_LITERALS).locate(data, 0, len(data))
+        finally:
+            scan.FAST = old
+
     work = {
-        "the tally (Tally.locate: finditer, first and last match per key)": lambda: scan.Tally(
-            dmesg.CORRECTED_AER
-        ).locate(data, 0, len(data)),
+        "the tally in Python (Tally.locate: finditer, first and last match per key)": lambda: (
+            located(None)
+        ),
         "findall of the tally's pattern alone": lambda: pattern.findall(data),
         "findall, Counter, last index per key": counted,
         "newline count (bytearray.count)": lambda: data.count(b"\n"),
         "count of the literal 'AER: Correct'": lambda: data.count(b"AER: Correct"),
     }
+    if scan._fast is not None:  # built from runbook/parsers/_scanfast.c
+        work["the tally in C (Tally.locate: _scanfast.tally)"] = lambda: located(scan._fast)
+        work["newline count in C (_scanfast.newlines)"] = lambda: scan._fast.newlines(
+            data, 0, len(data)
+        )
     out = []
     for name, run in work.items():
         best = float("inf")

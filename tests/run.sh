@@ -9,8 +9,10 @@ cd "$(dirname "$0")/.."
 # its service is not started (policy-rc.d below)
 # postgresql: the shared approval queue's tests start their own server (never the system's);
 # chromium: the desk's browser tests (headless, driven by Playwright)
+# gcc, libc6-dev, python3-dev: the install builds the scanner's C passes
+# (runbook/parsers/_scanfast.c); tests/unit/parsers/test_scanfast.py fails without them
 apt_packages=(openssh-server openssh-client iproute2 util-linux procps psmisc prometheus bash dash
-  postgresql chromium)
+  postgresql chromium gcc libc6-dev python3-dev)
 missing=()
 for pkg in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

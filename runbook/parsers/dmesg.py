@@ -33,7 +33,7 @@ from runbook.parsers._common import (
 )
 from runbook.parsers.clock import boot_time, parse_clock
 from runbook.parsers.registry import Files, register
-from runbook.parsers.scan import Tallied, Tally, candidates
+from runbook.parsers.scan import Literals, Tallied, Tally, candidates
 
 SOURCE = "dmesg.txt"
 #: a limit at or above this many bytes is "unlimited" (v1 prints PAGE_COUNTER_MAX pages)
@@ -255,10 +255,13 @@ WINDOWS = {
 #: a corrected AER report's first line; the device it names is the key it is counted under
 #: (kernels 3.x–6.x: `AER: Corrected error received: 0000:18:00.0`, `… received: id=0010`,
 #: `AER: Multiple Correctable error message received from 0000:00:1c.0`)
-_CORRECTED_AER = (
-    r"AER: (?:Multiple )?Correct(?:ed|able) error (?:message )?received(?::| from) (?:id=)?(\S+)"
-)
-CORRECTED_AER = _CORRECTED_AER.encode()
+CORRECTED_AER_LITERALS = Literals((
+    (b"AER: ",), (b"Multiple ", b""), (b"Correct",), (b"ed", b"able"), (b" error ",),
+    (b"message ", b""), (b"received",), (b":", b" from"), (b" ",), (b"id=", b""),
+))  # fmt: skip
+#: the same as a regular expression: AER: (?:Multiple |)Correct(?:ed|able) error …(\S+)
+CORRECTED_AER = CORRECTED_AER_LITERALS.regex()
+_CORRECTED_AER = CORRECTED_AER.decode()
 #: the literals a corrected report begins with (a block holding neither has none)
 CORRECTED_PROBES = (b"AER: Correct", b"AER: Multiple Correct")
 _CORRECTED = re.compile(_CORRECTED_AER, re.ASCII)  # \S as the bytes pattern reads it
@@ -280,7 +283,7 @@ def candidate_lines(result: Any) -> candidates:
     """The lines of a kernel log the parser needs, numbered, with corrected AER reports
     tallied (scan.Tally) instead of handed on."""
     words = (*keywords(), *errorlines.severity_keywords(_head(result)))
-    return candidates(result, words, WINDOWS, tally=Tally(CORRECTED_AER, CORRECTED_PROBES))
+    return candidates(result, words, WINDOWS, tally=Tally(CORRECTED_AER_LITERALS, CORRECTED_PROBES))
 
 
 def _head(result: Any) -> str:

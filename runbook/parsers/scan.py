@@ -35,6 +35,11 @@ try:
     import re2 as _re2  # type: ignore[import-untyped,import-not-found,unused-ignore]
 except ImportError:  # pragma: no cover
     _re2 = None
+_fast: Any
+try:  # built from _scanfast.c at install when a C compiler is there (pyproject.toml)
+    from runbook.parsers import _scanfast as _fast  # type: ignore[attr-defined,no-redef,unused-ignore]
+except ImportError:  # pragma: no cover
+    _fast = None
 
 BLOCK_BYTES = 16 * 1024 * 1024
 #: the most of one line kept while looking for its end (a file of no newlines at all — a
@@ -42,6 +47,16 @@ BLOCK_BYTES = 16 * 1024 * 1024
 MAX_LINE_BYTES = 1024 * 1024
 #: the fastest engine installed: "hyperscan", "re2" or "find" (tests pin each in turn)
 ENGINE = "hyperscan" if _hs is not None else "re2" if _re2 is not None else "find"
+#: the C passes (newline count, tally; see _scanfast.c), None where they were not built: then
+#: bytes.count and the tally's regular expression do the same work slower (tests pin both)
+FAST: Any = _fast
+
+
+def _newlines(data: bytes | bytearray, lo: int, hi: int) -> int:
+    """The number of newlines in data[lo:hi]."""
+    if FAST is not None:
+        return int(FAST.newlines(data, lo, hi))
+    return data.count(b"\n", lo, hi)
 
 
 #: a block, how many of its bytes are the file's, the keyword offsets found in them (None: not
@@ -209,25 +224,55 @@ class Tallied:
     last: tuple[int, str]
 
 
+@dataclass(frozen=True)
+class Literals:
+    """A pattern a storm's lines match, written so C can search it too: one literal of each
+    step in turn (the alternatives tried in order, as a regular expression's alternation;
+    b"" makes a step optional), then the key, one or more bytes that are not whitespace. The
+    first step is one literal, where a match begins. `regex` is the same pattern for `re`."""
+
+    steps: tuple[tuple[bytes, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.steps or len(self.steps[0]) != 1 or not self.steps[0][0]:
+            raise ValueError("Literals: the first step is one non-empty literal")
+        if any(not step for step in self.steps):
+            raise ValueError("Literals: a step without alternatives")
+
+    def regex(self) -> bytes:
+        """The regular expression of the steps, the key its one group."""
+        parts = [
+            re.escape(step[0]) if len(step) == 1 else b"(?:%s)" % b"|".join(map(re.escape, step))
+            for step in self.steps
+        ]
+        return b"".join(parts) + rb"(\S+)"
+
+
 class Tally:
     """Lines of a kind a storm repeats by the hundred thousand (a corrected PCIe AER report),
-    counted per key instead of handed on one by one: `pattern` (bytes, one group: the key) is
-    searched over each block at C speed (`finditer`, a count per key), and only the first and
-    last line of each key are decoded. A line the pattern matches is not a candidate unless a
-    keyword or a window picks it too; the parser then recognises it and leaves it to the tally.
-    After iteration, `found` holds a Tallied per key (str), in the order first seen.
+    counted per key instead of handed on one by one: `pattern` (bytes, one group: the key; or
+    Literals) is searched over each block, a count per key, and only the first and last line
+    of each key are decoded. A line the pattern matches is not a candidate unless a keyword or
+    a window picks it too; the parser then recognises it and leaves it to the tally. After
+    iteration, `found` holds a Tallied per key (str), in the order first seen.
 
-    Measured over 48 MiB of a corrected-AER storm (39,200 reports): `findall` 34 ms and a
+    The search: Literals in C where _scanfast is built (FAST), else the regular expression's
+    `finditer` and a dictionary per key. Over one 16 MiB block of the benchmark's GPU AER storm
+    (a quarter of the records a report, devices changing along it), thread CPU, best of 9: C
+    2.6 ms, finditer 16.4 ms (`re` walks byte by byte to the literal prefix, and each match
+    costs a match object); its newline count: C 2.1 ms, bytearray.count 6.4 ms
+    (`benchmarks.analyze_throughput --tally-costs`).
+    Measured before that, over 48 MiB of a storm (39,200 reports): `findall` 34 ms and a
     `Counter` 2 ms; decoding and parsing those 157,000 lines one by one took 5 s.
 
-    Where each key's first and last line lie comes from the same pass that counts them (one
-    `finditer` over the block; its matches in a list, mapped in C, was slower): a search per
-    key per block for its first and last line cost 32× grep in a storm whose device changes
-    along the log. The lines' numbers are counted by the scanner in its one pass over the
-    block (`locate` names the line starts, `commit` takes their numbers)."""
+    Where each key's first and last line lie comes from the same pass that counts them: a
+    search per key per block for its first and last line cost 32× grep in a storm whose device
+    changes along the log. The lines' numbers are counted by the scanner in its one pass over
+    the block (`locate` names the line starts, `commit` takes their numbers)."""
 
-    def __init__(self, pattern: bytes, probes: tuple[bytes, ...] = ()) -> None:
-        self.pattern = re.compile(pattern)
+    def __init__(self, pattern: bytes | Literals, probes: tuple[bytes, ...] = ()) -> None:
+        self.literals = pattern if isinstance(pattern, Literals) else None
+        self.pattern = re.compile(pattern.regex() if isinstance(pattern, Literals) else pattern)
         #: literals one of which every match of `pattern` holds (it begins with one): a block
         #: the keyword search found none of them in is not searched again for the tally
         self.probes = probes
@@ -237,21 +282,29 @@ class Tally:
         #: the line (start, end) around each offset _pending names
         self._spans: dict[int, tuple[int, int]] = {}
 
-    def locate(self, data: bytes | bytearray, lo: int, hi: int) -> list[int]:
-        """Count the matching lines of data[lo:hi] (whole lines) per key and find each key's
-        first and last line; the starts of those lines, in order (their numbers are wanted)."""
+    def search(self, data: bytes | bytearray, lo: int, hi: int) -> dict[bytes, list[int]]:
+        """key -> [count, offset of its first match, of its last] over data[lo:hi], keys in
+        the order first seen."""
+        if FAST is not None and self.literals is not None:
+            found: dict[bytes, list[int]] = FAST.tally(data, lo, hi, self.literals.steps)
+            return found
         # the first and last match of each key are kept whole: their offsets are read once
-        found: dict[bytes, list[Any]] = {}
-        get = found.get
+        matches: dict[bytes, list[Any]] = {}
+        get = matches.get
         for match in self.pattern.finditer(data, lo, hi):
             key = match[1]
             seen = get(key)
             if seen is None:
-                found[key] = [1, match, match]
+                matches[key] = [1, match, match]
             else:
                 seen[0] += 1
                 seen[2] = match
-        pending = {key: [n, first.start(), last.start()] for key, (n, first, last) in found.items()}
+        return {key: [n, first.start(), last.start()] for key, (n, first, last) in matches.items()}
+
+    def locate(self, data: bytes | bytearray, lo: int, hi: int) -> list[int]:
+        """Count the matching lines of data[lo:hi] (whole lines) per key and find each key's
+        first and last line; the starts of those lines, in order (their numbers are wanted)."""
+        pending = self.search(data, lo, hi)
         self._pending = pending
         self._spans = {}
         for _count, first, last in pending.values():
@@ -373,7 +426,7 @@ class candidates:
                     numbers[position] = number
                 yield number, _decode(data[position:end])
                 position, number = end + 1, number + 1
-            number += data.count(b"\n", position, start)
+            number += _newlines(data, position, start)
             position = start
             if start in marks:
                 numbers[start] = number
@@ -389,6 +442,6 @@ class candidates:
             end = data.find(b"\n", position, hi)
             yield number, _decode(data[position:end])
             position, number = end + 1, number + 1
-        self._base = number + data.count(b"\n", position, hi)
+        self._base = number + _newlines(data, position, hi)
         if self.tally is not None:  # the block is still valid here
             self.tally.commit(data, numbers)

@@ -30,6 +30,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -189,7 +190,8 @@ def test_the_cronjob_and_the_npd_daemonset_name_the_images_the_recipes_build() -
 CONTAINER_STEPS = (
     "pip wheel --no-cache-dir --disable-pip-version-check --no-deps --wheel-dir /wheels .",
     "python3 -m venv /opt/nccl-runbook",
-    '"/tmp/wheels/nccl_runbook-${VERSION}-py3-none-any.whl[cluster]"',
+    'wheel="$(echo /tmp/wheels/nccl_runbook-"${VERSION}"-*.whl)"',
+    '"${wheel}[cluster]"',
     "/opt/nccl-runbook/bin/runbook setup-collections",
     'test "$(/opt/nccl-runbook/bin/runbook --version)" = "runbook, version ${VERSION}"',
 )
@@ -231,8 +233,13 @@ def test_the_containerfile_install_steps_work_in_a_fresh_venv(tmp_path: Path) ->
                  "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
                 env=env)  # fmt: skip
     assert built.returncode == 0, built.stdout + built.stderr
-    wheel = wheels / f"nccl_runbook-{version}-py3-none-any.whl"
-    assert wheel.is_file(), sorted(p.name for p in wheels.iterdir())
+    # named for this interpreter and machine: the scanner's C passes are in it
+    built_wheels = sorted(wheels.glob(f"nccl_runbook-{version}-*.whl"))
+    assert len(built_wheels) == 1, sorted(p.name for p in wheels.iterdir())
+    wheel = built_wheels[0]
+    with zipfile.ZipFile(wheel) as archive:
+        assert any(n.startswith("runbook/parsers/_scanfast.") and n.endswith(".so")
+                   for n in archive.namelist()), "the wheel lacks the C passes"  # fmt: skip
 
     # stage 2: a venv, the wheel with the cluster extra, the collections, the version check
     venv = tmp_path / "opt-nccl-runbook"

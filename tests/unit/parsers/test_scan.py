@@ -3,6 +3,7 @@ right numbers, whatever the block size, in memory or streamed from a file."""
 
 from __future__ import annotations
 
+import itertools
 import platform
 from pathlib import Path
 
@@ -124,15 +125,16 @@ def test_the_tally_counts_what_a_line_by_line_count_does_whatever_the_blocks(
     try:
         streamed = CommandResult("x", "", source_path=str(path))
         sources = (CommandResult("x", "", stdout=text), streamed)
-        for source in sources:
+        for source, fast in itertools.product(sources, (scan._fast, None)):
             scan.BLOCK_BYTES = block if source.source_path else old_block
-            tally = scan.Tally(dmesg.CORRECTED_AER)
+            scan.FAST = fast  # the C passes, or Python's
+            tally = scan.Tally(dmesg.CORRECTED_AER_LITERALS)
             picked = scan.candidates(source, ["KEY"], {"OPEN": 2}, tally=tally)
             assert list(picked) == naive(text, ["KEY"], {"OPEN": 2})
             got = {k: (t.count, t.first, t.last) for k, t in tally.found.items()}
             assert got == naive_tally(text)
     finally:
-        scan.BLOCK_BYTES = old_block
+        scan.BLOCK_BYTES, scan.FAST = old_block, scan._fast
 
 
 def shaped_kernel_log(shape: str, lines: int = 3000) -> str:
@@ -173,13 +175,13 @@ def test_the_fast_path_gives_the_slow_paths_facts_in_every_shape_and_engine(
         assert sum(c.reports for c in whole.aer_corrected) > 100
     old_block, old_engine = scan.BLOCK_BYTES, scan.ENGINE
     try:
-        for engine in ENGINES:
-            scan.ENGINE = engine
+        for engine, fast in itertools.product(ENGINES, (scan._fast, None)):
+            scan.ENGINE, scan.FAST = engine, fast
             scan.BLOCK_BYTES = 4096 + 7  # blocks end mid-line
             picked = dmesg.parse_dmesg(
                 dmesg.candidate_lines(CommandResult("dmesg.txt", "", source_path=str(path))),
                 numbered=True, collected_at=at,
             )  # fmt: skip
-            assert dmesg.facts_dict(picked) == dmesg.facts_dict(whole), engine
+            assert dmesg.facts_dict(picked) == dmesg.facts_dict(whole), (engine, fast)
     finally:
-        scan.BLOCK_BYTES, scan.ENGINE = old_block, old_engine
+        scan.BLOCK_BYTES, scan.ENGINE, scan.FAST = old_block, old_engine, scan._fast

@@ -68,6 +68,7 @@ def naive_tally(text: str) -> dict[str, tuple[int, tuple[int, str], tuple[int, s
     block=st.integers(1, 97),
     engine=st.sampled_from(["hyperscan", "re2", "find"]),
     probes=st.booleans(),
+    fast=st.booleans(),
 )
 def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
     tmp_path_factory: pytest.TempPathFactory,
@@ -76,6 +77,7 @@ def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
     block: int,
     engine: str,
     probes: bool,
+    fast: bool,
 ) -> None:
     text = "\n".join(lines) + ("\n" if final_newline and lines else "")
     path = tmp_path_factory.mktemp("numbering") / "log.txt"
@@ -83,19 +85,21 @@ def test_line_numbers_equal_a_naive_count_for_any_blocks_and_hits(
     old_block, old_engine = scan.BLOCK_BYTES, scan.ENGINE
     try:
         scan.ENGINE = engine
+        scan.FAST = scan._fast if fast else None  # the C passes, or Python's
         scan.BLOCK_BYTES = block  # blocks end inside lines and inside keywords
         for result in (
             CommandResult("x", "", stdout=text),
             CommandResult("x", "", source_path=str(path)),
         ):
-            tally = scan.Tally(dmesg.CORRECTED_AER, dmesg.CORRECTED_PROBES if probes else ())
+            probed = dmesg.CORRECTED_PROBES if probes else ()
+            tally = scan.Tally(dmesg.CORRECTED_AER_LITERALS, probed)
             picked = scan.candidates(result, KEYWORDS, WINDOWS, tally=tally)
             assert list(picked) == naive_candidates(text)
             assert picked.total == len(naive_lines(text))
             got = {k: (t.count, t.first, t.last) for k, t in tally.found.items()}
             assert got == naive_tally(text)
     finally:
-        scan.BLOCK_BYTES, scan.ENGINE = old_block, old_engine
+        scan.BLOCK_BYTES, scan.ENGINE, scan.FAST = old_block, old_engine, scan._fast
 
 
 class _Counted(bytes):
@@ -122,11 +126,25 @@ class _Counted(bytes):
         return (len(self) if end is None else end) - (start or 0)
 
 
+class _CountedFast:
+    """The C passes, adding up the bytes each call reads."""
+
+    def newlines(self, data: bytes, lo: int, hi: int) -> int:
+        _Counted.read += hi - lo
+        return int(scan._fast.newlines(data, lo, hi))
+
+    def tally(self, data: bytes, lo: int, hi: int, steps: object) -> dict:  # type: ignore[type-arg]
+        _Counted.read += hi - lo
+        return scan._fast.tally(data, lo, hi, steps)  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "python"])
 def test_a_storm_naming_many_devices_is_numbered_in_one_pass_over_each_block(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fast: bool
 ) -> None:
     """300 devices, each reporting in its own stretch of the block (a storm that moves along
     the log): the scanner reads each byte a few times, not once per device."""
+    monkeypatch.setattr(scan, "FAST", _CountedFast() if fast else None)
     at = "[Wed Mar  4 09:00:00 2026] "
     lines = []
     for device in range(300):
@@ -147,12 +165,14 @@ def test_a_storm_naming_many_devices_is_numbered_in_one_pass_over_each_block(
 
     monkeypatch.setattr(scan, "_blocks", blocks)
     _Counted.read = 0
-    tally = scan.Tally(dmesg.CORRECTED_AER)
+    tally = scan.Tally(dmesg.CORRECTED_AER_LITERALS)
     picked = list(scan.candidates(CommandResult("dmesg.txt", ""), ["NVRM: Xid"], tally=tally))
     assert picked == [(len(lines) // 2 + 1, lines[len(lines) // 2])]
     assert len(tally.found) == 300
     assert {k: (t.count, t.first, t.last) for k, t in tally.found.items()} == naive_tally(text)
     assert _Counted.read <= 4 * len(block), f"{_Counted.read / len(block):.0f} reads per byte"
+    if fast:  # the C count and tally each read it all (the spy sees them; not `re`'s reads)
+        assert _Counted.read >= 2 * len(block)
 
 
 def _read_ahead_threads() -> list[threading.Thread]:
@@ -195,8 +215,9 @@ def test_a_read_error_in_the_read_ahead_reaches_the_caller(
     assert not _read_ahead_threads()
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["c", "python"])
 def test_the_tally_searches_only_from_the_first_report_of_a_block(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fast: bool
 ) -> None:
     """The keyword search (Hyperscan) notes where the first corrected report of a block is:
     the blocks before it are not searched again for the tally, and in its block the search
@@ -207,19 +228,19 @@ def test_the_tally_searches_only_from_the_first_report_of_a_block(
     path.write_text(quiet + report + quiet[:3000])
     monkeypatch.setattr(scan, "BLOCK_BYTES", 4096)
     monkeypatch.setattr(scan, "ENGINE", "hyperscan")
-    tally = scan.Tally(dmesg.CORRECTED_AER, dmesg.CORRECTED_PROBES)
+    monkeypatch.setattr(scan, "FAST", scan._fast if fast else None)
+    tally = scan.Tally(dmesg.CORRECTED_AER_LITERALS, dmesg.CORRECTED_PROBES)
     searched: list[int] = []
-    pattern = tally.pattern
+    search = tally.search
 
-    class Spy:
-        def finditer(self, data, lo, hi):  # type: ignore[no-untyped-def]
-            searched.append(hi - lo)
-            return pattern.finditer(data, lo, hi)
+    def spy(data, lo, hi):  # type: ignore[no-untyped-def]
+        searched.append(hi - lo)
+        return search(data, lo, hi)
 
-    tally.pattern = Spy()  # type: ignore[assignment]
+    monkeypatch.setattr(tally, "search", spy)
     picked = scan.candidates(CommandResult("x", "", source_path=str(path)), KEYWORDS, tally=tally)
     assert list(picked) == []
     assert {k: (t.count, t.first[0]) for k, t in tally.found.items()} == {"0000:3b:00.0": (1, 4001)}
     # every block's first line is searched whole (it may join the last block's end); past
     # that, only the report's block, from the report's line on
-    assert sum(searched) < 3 * 4096, searched
+    assert searched and sum(searched) < 3 * 4096, searched
