@@ -37,3 +37,9 @@ def printable(text: str) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a character `printable` would rewrite."""
     return _CONTROL.search(text) is not None
+
+
+def shortened(text: str, width: int) -> str:
+    """`text`, or its first width - 1 characters and "…" when longer: a line cut for a summary
+    says that it was cut."""
+    return text if len(text) <= width else text[: width - 1] + "…"

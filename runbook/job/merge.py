@@ -25,6 +25,7 @@ from runbook.diagnosis import VERDICT_FORMAT
 from runbook.job import hang
 from runbook.job.models import JobSpec
 from runbook.job.ranks import rank_table, strip_log_prefix
+from runbook.printable import shortened
 from runbook.remedies import kinds
 from runbook.sweep.results import HostResult
 from runbook.verdict import EvidenceRef, Verdict, facts_of
@@ -424,7 +425,7 @@ def statement(
         reporter = (
             f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
         )
-        text = strip_log_prefix(surfaced["text"])[:100]
+        text = shortened(strip_log_prefix(surfaced["text"]), 100)
         line += f", {gap:.0f} s before {reporter} on {surfaced['node']} reported {text}"
     return line
 

@@ -186,7 +186,9 @@ def render(result: Mapping[str, Any]) -> list[str]:
         rows.append(
             f"{name:12} {state:9} #wrong {case['wrong']:<3} busbw {bw:>12}  net "
             f"{case.get('network') or '-'}  transports {','.join(case['transports']) or '-'}"
-            + (f"  ({case['failure'][:100]})" if case.get("failure") and not case["passed"] else "")
+            # whole (the parsers clip evidence to 300 characters): what follows "/" in
+            # nccl-tests' failure line is the cause, and a cut at 100 hid it mid-word
+            + (f"  ({case['failure']})" if case.get("failure") and not case["passed"] else "")
         )
     rows.append("=> " + str(result.get("conclusion")))
     return rows

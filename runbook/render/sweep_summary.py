@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from runbook.output import count
+from runbook.printable import shortened
 from runbook.sweep.results import (
     NOT_SWEPT,
     HostResult,
@@ -65,7 +66,7 @@ def _finding_line(host: HostResult) -> str:
     assert host.verdict is not None
     first = host.verdict.first_anomaly
     where = first.where if first and first.line else ""
-    text = " ".join(((first.text if first else None) or "").split())[:100]
+    text = shortened(" ".join(((first.text if first else None) or "").split()), 100)
     return f"  {host.host:<24} {host.verdict.root_cause} ({host.verdict.confidence})" + (
         f"  {where} {text}" if where or text else ""
     )

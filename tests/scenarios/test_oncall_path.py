@@ -25,6 +25,10 @@ Scenarios (one node each):
   can run here: `kubectl` on the controller is a recorded double that execs into the node-agent
   pod by running the command on the node over SSH (`nsenter --target 1 … -- CMD` in the node's
   namespaces, anything else in the agent's container: the node's tools are not in its image);
+* ``kubectl-path``: ``kubectl://kube-system/node-agent-gpu-node-11 --kubectl ~/tools/kubectl``:
+  the cluster's kubectl is a double at a path off PATH; the `kubectl` on PATH (the other
+  double) knows no such pod, so anything that runs it for this node fails (the A/B's
+  playbook goes through Ansible's kubectl connection, which takes no path of its own);
 * ``no-node-json``, ``no-nvidia-smi``, ``no-dcgmi``: aliases of nodes lacking those;
 * ``no-all-reduce-perf``: typed as ``ssh://root@ADDRESS:24510 --identity … --known-hosts …``;
   the A/B cannot measure anything there;
@@ -109,6 +113,15 @@ SCENARIOS = [
         "gpu-node-05",
         target="kubectl://kube-system/node-agent-gpu-node-05",
         name="gpu-node-05",
+    ),
+    Scenario(
+        "kubectl-path",
+        "kubectl://kube-system/node-agent-gpu-node-11 --kubectl ~/tools/kubectl (off PATH)",
+        "gpu-node-11",
+        target="kubectl://kube-system/node-agent-gpu-node-11",
+        name="gpu-node-11",
+        extra=("--kubectl", "{home}/tools/kubectl"),
+        decide="queue",  # approved with `runbook approvals approve`, from the queue
     ),
     Scenario(
         "no-node-json",
@@ -196,7 +209,9 @@ class Field:
     work: Path
     hosts: dict[str, TestHost]
     nodes: dict[str, fleet.NodeFiles]
+    #: the calls of the kubectl on PATH, and of the one at ~/tools/kubectl (kubectl-path)
     kubectl_calls: Path
+    path_kubectl_calls: Path
     transcripts: dict[str, Future[Transcript]] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(FOLLOWERS))
@@ -288,7 +303,7 @@ def field_(
     nodes = {}
     for s in SCENARIOS:
         host = hosts[s.node]
-        if s.id != "kubectl-agent":  # a Kubernetes node's hostname is its node name
+        if not s.target.startswith("kubectl://"):  # a Kubernetes node's hostname is its name
             _set_hostname(host, HOSTNAME)
         nodes[s.node] = fleet.dress(host, s.lacks, workdir=work / "nodes")
     fleet.install_scontrol(hosts["login-01"], JOB, "gpu-node-04")
@@ -310,7 +325,12 @@ def field_(
     calls = fleet.install_kubectl_double(
         home.bin, host_network, {"kube-system/node-agent-gpu-node-05": hosts["gpu-node-05"]}
     )
-    here = Field(host_network, home, work, hosts, nodes, calls)
+    # kubectl-path's cluster: its kubectl only, not on PATH
+    path_calls = fleet.install_kubectl_double(
+        home.home / "tools", host_network,
+        {"kube-system/node-agent-gpu-node-11": hosts["gpu-node-11"]},
+    )  # fmt: skip
+    here = Field(host_network, home, work, hosts, nodes, calls, path_calls)
     here.start(_selected(request))
     try:
         yield here
@@ -342,7 +362,7 @@ def runs_on(field_: Field, sid: str) -> re.Pattern[str]:
     node-agent pod: `runs on: … node-agent-…`)."""
     s = field_.scenario(sid)
     if s.target.startswith("kubectl://"):
-        return re.compile(r"^\s*runs on: .*node-agent-gpu-node-05", re.M)
+        return re.compile(rf"^\s*runs on: .*node-agent-{re.escape(s.node)}", re.M)
     address = re.escape(field_.address(sid))
     jump = ""
     if s.jump:
@@ -422,23 +442,48 @@ def test_a_slurm_job_is_found_on_its_login_node_and_its_node_walked_without_kube
     assert t.proposal, f"no A/B proposal queued: {t.errors}\n{run.show()}"
 
 
-@pytest.mark.parametrize("sid", case("agent", ["kubectl-agent"]))
+def _kubectl_calls(path: Path) -> list[list[str]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.parametrize("sid", case("agent", ["kubectl-agent", "kubectl-path"]))
 def test_a_node_agent_target_is_walked_through_kubectl_exec_and_nsenter(
     field_: Field, sid: str
 ) -> None:
     """The walk reached the node's namespaces: each probe went through `kubectl exec` into
-    the agent pod, wrapped in `nsenter --target 1` (the double logs every argv it got)."""
+    the agent pod, wrapped in `nsenter --target 1` (the double logs every argv it got), by
+    the kubectl the engineer named (`--kubectl`), else the one on PATH."""
     t = transcript(field_, sid)
     assert f"Verdict for {t.scenario.name}:" in t.step("run").out, t.step("run").show()
-    calls = [json.loads(line) for line in field_.kubectl_calls.read_text().splitlines()]
+    pod = f"node-agent-{t.scenario.node}"
+    named = sid == "kubectl-path"
+    calls = _kubectl_calls(field_.path_kubectl_calls if named else field_.kubectl_calls)
     walked = [
         c
         for c in calls
         if "nsenter" in c
         and c[c.index("nsenter") + 1 : c.index("nsenter") + 3] == ["--target", "1"]
+        and pod in c
     ]
     assert walked, calls[:5]
-    assert all("node-agent-gpu-node-05" in c and "kube-system" in c for c in walked)
+    assert all("kube-system" in c for c in walked)
+
+
+@pytest.mark.parametrize("sid", case("kubectl-named", ["kubectl-path"]))
+def test_every_command_for_a_node_reached_with_kubectl_path_runs_that_kubectl(
+    field_: Field, sid: str
+) -> None:
+    """The walk, the check-mode preview and the approved A/B (Ansible's kubectl connection,
+    which takes no path: the plan puts the named kubectl first on its PATH) all exec through
+    ~/tools/kubectl; the kubectl on PATH is never asked for this node's pod."""
+    t = transcript(field_, sid)
+    pod = f"node-agent-{t.scenario.node}"
+    assert not [c for c in _kubectl_calls(field_.kubectl_calls) if pod in c]
+    assert [c for c in _kubectl_calls(field_.path_kubectl_calls) if pod in c]
+    # the approved A/B's two runs of all_reduce_perf happened on the node (through the PATH
+    # double they could not: it knows no such pod)
+    ran = [c.get("env", {}).get("NCCL_IB_DISABLE") for c in t.ab_calls]
+    assert ran == [None, "1"], t.everything()[-3000:]
 
 
 @pytest.mark.parametrize("sid", case("advice", ["no-nccl-logs"]))

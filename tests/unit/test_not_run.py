@@ -160,3 +160,17 @@ def test_a_comparison_stored_before_measured_was_recorded_reads_by_its_cases() -
     both = {"cases": {"ib-enabled": {}, "ib-disabled": {}}, "conclusion": "both pass"}
     assert ab.is_measured(both)
     assert not ab.is_measured({"cases": {"ib-enabled": {}}, "conclusion": "incomplete"})
+
+
+def test_a_failed_case_is_shown_with_the_cause_its_failure_line_ends_with(tmp_path: Path) -> None:
+    """nccl-tests' failure line puts the cause last ("… for details) / CAUSE'"): the A/B's
+    table shows the whole line (the parsers clip it at 300 characters), never cut mid-word
+    before the cause."""
+    result = ab.compare(
+        {"ib-enabled": _run_shim(tmp_path, ib_disabled=False),
+         "ib-disabled": _run_shim(tmp_path, ib_disabled=True)},
+        node=NODE,
+    )  # fmt: skip
+    row = next(line for line in ab.render(result) if line.startswith("ib-enabled"))
+    assert "(run with NCCL_DEBUG=INFO for details) / " in row, row
+    assert "Call to ibv_reg_mr failed with error Cannot allocate memory" in row, row
