@@ -96,12 +96,17 @@ def causal(anomalies: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     )
 
 
-def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any]]:
-    """The node's findings that blame a cause, each at its earliest corrected evidence time
-    (None when its evidence has no time), in causal order."""
+def _cause_anomalies(
+    result: HostResult, clock: NodeClock, *, blaming: bool = True
+) -> list[dict[str, Any]]:
+    """The node's findings that blame a cause (with `blaming` False: every anomaly of its
+    chain, consequences and lines no signature names too), each at its earliest corrected
+    evidence time (None when its evidence has no time), in causal order."""
     out = []
     for link in result.verdict.chain if result.verdict else ():
-        if not link.cause or link.role in _NOT_BLAMING:
+        if link.role in ("context", "benign"):
+            continue
+        if blaming and (not link.cause or link.role in _NOT_BLAMING):
             continue
         timed = [(t, e) for e in link.evidence if (t := clock.corrected(e))]
         when: dt.datetime | None
@@ -122,6 +127,27 @@ def _cause_anomalies(result: HostResult, clock: NodeClock) -> list[dict[str, Any
             }
         )
     return causal(out)
+
+
+def _unrecognized_first(
+    swept: Sequence[HostResult], clocks: Mapping[str, NodeClock]
+) -> dict[str, Any] | None:
+    """When no node blames a cause: the job's earliest anomaly on the corrected axis, if it is
+    a line no signature names (a node verdict's `unrecognized` line, its chain's first link),
+    else None: a new NCCL WARN on one node before the errors its peers then logged is the
+    first anomaly of the job, as it is of its node."""
+    every = [a for r in swept for a in _cause_anomalies(r, clocks[r.host], blaming=False)]
+    if not every:
+        return None
+    first = causal(every)[0]
+    result = next(r for r in swept if r.host == first["node"])
+    line = result.verdict.extra.get("unrecognized") if result.verdict else None
+    evidence = first["evidence"]
+    if not isinstance(line, Mapping) or evidence is None:
+        return None
+    if (line.get("source"), line.get("line")) != (evidence.source, evidence.line):
+        return None
+    return {**first, "text": str(line.get("text") or "")}
 
 
 def _text_of(result: HostResult, evidence: EvidenceRef | None) -> str:
@@ -569,6 +595,8 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         root_cause, scope = _uncorrelated_root_cause(swept, results)
     if shared:
         root_cause = shared["cause"]
+    # nothing names a cause, and a line nothing names came first: it is the first anomaly
+    unrecognized = _unrecognized_first(swept, clocks) if root_cause == "inconclusive" else None
     verdict = {
         "format": VERDICT_FORMAT,
         "kind": "job",
@@ -596,8 +624,46 @@ def merge_job(spec: JobSpec, results: Sequence[HostResult]) -> dict[str, Any]:
         "proposals": _proposals(swept, shared),
         "timeline": merged_timeline(results),
     }
+    if unrecognized is not None:
+        verdict.update(_unrecognized_fields(unrecognized, swept, clocks, surfaced, table))
     # a hang: every node's ranks lined up together (the rank behind, a mismatch, or none)
     return hang.apply(verdict, swept)
+
+
+def _unrecognized_fields(
+    line: Mapping[str, Any],
+    swept: Sequence[HostResult],
+    clocks: Mapping[str, NodeClock],
+    surfaced: Mapping[str, Any],
+    table: Sequence[Mapping[str, Any]],
+) -> dict[str, Any]:
+    """The job verdict's node, statement, first anomaly, chain and `unrecognized` (the
+    optional field of a node verdict, with the node) for a first line no signature names."""
+    text = line["text"]
+    who = _who(line, table)
+    said = (
+        f"{who} logged a line no signature names, the job's first anomaly, at "
+        f"{_iso(line['when']) or 'an untimed moment'}: {shortened(text, 160)}"
+    )
+    if surfaced.get("when") and line["when"] and surfaced["when"] >= line["when"]:
+        gap = (surfaced["when"] - line["when"]).total_seconds()
+        reporter = (
+            f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
+        )
+        said += f"; {gap:.0f} s later {reporter} on {surfaced['node']} reported the failure"
+    first = _first_anomaly(line, swept, clocks)
+    assert first is not None
+    return {
+        "node": line["node"],
+        "statement": said,
+        "first_anomaly": {**first, "text": first["text"] or text},
+        "chain": _chain([line]),
+        "unrecognized": {
+            "node": line["node"],
+            **_cite(line["evidence"], ("source", "line")),
+            "text": text,
+        },
+    }
 
 
 def _node_row(

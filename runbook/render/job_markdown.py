@@ -115,7 +115,7 @@ def _chain(verdict: Mapping[str, Any]) -> list[str]:
     out = ["## Evidence chain (earliest first, corrected clocks)", ""]
     out += [
         f"{i}. {md.text(link.get('time'))} {md.text(link.get('node'))} "
-        f"[{md.text(link.get('cause'))}] {_prose(link.get('finding'), 200)}"
+        f"[{md.text(link.get('cause') or 'no cause')}] {_prose(link.get('finding'), 200)}"
         for i, link in enumerate(chain, 1)
     ]
     out.append("")

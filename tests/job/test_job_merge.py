@@ -353,3 +353,69 @@ def test_a_timed_cause_on_one_node_goes_before_an_untimed_one_on_another() -> No
         result("node-2", node_verdict("node-2", cause="gpu-hardware", cause_at=9.0)),
     ]
     assert merge_job(spec, results)["root_cause"] == "gpu-hardware"
+
+
+def _unrecognized_node(node: str, when: float) -> dict[str, Any]:
+    """A node verdict whose first anomaly is a NCCL WARN no signature names (as
+    runbook.diagnosis writes it: the chain's first link, and the `unrecognized` field)."""
+    text = f"{node}:4242:4260 [0] misc/nvmlwrap.cc:71 NCCL WARN nvmlFoo() failed: Mystery"
+    ev = {"source": "nccl/nccl.log", "line": 9, "time": at(when)}
+    verdict = node_verdict(node)
+    verdict["chain"].append({
+        "stage": "app-error", "finding": f"unrecognized: {text}", "role": "local-error",
+        "evidence": [ev],
+    })  # fmt: skip
+    verdict["unrecognized"] = {"source": "nccl/nccl.log", "line": 9, "text": text}
+    return verdict
+
+
+def _consequence_node(node: str, when: float) -> dict[str, Any]:
+    lost = {
+        "stage": "app-error", "finding": "rank 1 lost its peer", "role": "peer-consequence",
+        "cause": "network-socket",
+        "evidence": [{"source": "app/rank-1.log", "line": 3, "time": at(when)}],
+    }  # fmt: skip
+    return _with_link(node_verdict(node, errors={1: when}), lost)
+
+
+def test_a_line_no_signature_names_before_a_peers_consequence_is_the_jobs_first_anomaly() -> None:
+    """node-1 logged a WARN nobody catalogued at 3 s; node-2 then lost its peer at 5 s
+    (a consequence, which blames nothing): the job names node-1's line as its first anomaly
+    and says `unrecognized`, as the node verdict does, instead of 'no node named a cause'."""
+    spec = spec_of(("node-1", (0,)), ("node-2", (1,)))
+    results = [
+        result("node-1", _unrecognized_node("node-1", 3.0)),
+        result("node-2", _consequence_node("node-2", 5.0)),
+    ]
+    verdict = merge_job(spec, results)
+    assert verdict["root_cause"] == "inconclusive"
+    assert verdict["node"] == "node-1"
+    first = verdict["first_anomaly"]
+    assert (first["node"], first["source"], first["line"]) == ("node-1", "nccl/nccl.log", 9)
+    assert "NCCL WARN nvmlFoo() failed: Mystery" in first["text"]
+    assert verdict["unrecognized"]["node"] == "node-1"
+    assert verdict["unrecognized"]["text"].endswith("NCCL WARN nvmlFoo() failed: Mystery")
+    assert verdict["statement"].startswith("node-1 logged a line no signature names"), verdict
+    assert "2 s later rank 1 on node-2 reported the failure" in verdict["statement"]
+    assert [c["node"] for c in verdict["chain"]] == ["node-1"]
+    md = job_markdown(verdict)
+    assert "First anomaly across the job: node-1" in md and "[no cause] unrecognized:" in md
+
+
+def test_a_line_no_signature_names_after_a_peers_consequence_is_not_the_first() -> None:
+    """Corrected clocks decide: node-1's line reads 3 s on a clock 4 s slow (7 s corrected),
+    after node-2's consequence at 5 s: no `unrecognized` for the job (it did not come
+    first), the statement as before. By the raw clocks it would have been first."""
+    spec = spec_of(("node-1", (0,)), ("node-2", (1,)))
+    results = [
+        result("node-1", _unrecognized_node("node-1", 3.0), offset=-4.0),
+        result("node-2", _consequence_node("node-2", 5.0)),
+    ]
+    verdict = merge_job(spec, results)
+    assert verdict["root_cause"] == "inconclusive"
+    assert "unrecognized" not in verdict and verdict["first_anomaly"] is None
+    assert verdict["statement"] == "no node named a cause"
+    raw = merge_job(
+        spec, [HostResult(r.host, r.target, r.status, verdict=r.verdict) for r in results]
+    )
+    assert raw["unrecognized"]["node"] == "node-1"
