@@ -337,3 +337,25 @@ def test_without_the_collection_the_drain_playbook_fails_its_syntax_check(tmp_pa
                   "--syntax-check"], cwd=REPO, env=env)  # fmt: skip
     assert syntax.returncode != 0
     assert "kubernetes.core" in syntax.stdout + syntax.stderr
+
+
+def test_an_install_without_a_c_compiler_goes_on_without_the_c_passes(tmp_path: Path) -> None:
+    """The scanner's C passes are optional (pyproject.toml): where the compiler fails (here
+    CC names /bin/false), the wheel still builds, without them, and the scanner runs its
+    Python passes (tests/unit/parsers/test_scan*.py run both)."""
+    env = {**isolated_env(tmp_path / "env"), "CC": "/bin/false"}
+    src = tmp_path / "src"
+    shutil.copytree(REPO, src, symlinks=True, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "tests", "__pycache__", "*.pyc", "*.so", "build", "*.egg-info",
+        ".mypy_cache", ".ruff_cache", ".pytest_cache", ".hypothesis",
+    ))  # fmt: skip
+    wheels = tmp_path / "wheels"
+    built = run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
+                 "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels), str(src)],
+                env=env)  # fmt: skip
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("nccl_runbook-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+    assert "runbook/parsers/scan.py" in names
+    assert not [n for n in names if n.endswith(".so")], names
