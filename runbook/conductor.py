@@ -86,8 +86,14 @@ class StageRecord:
     proposals: list[str] = field(default_factory=list)  # remedy ids
 
 
-#: failures that say the evidence is absent (not that reading it went wrong)
+#: failures that say the evidence is absent (not that reading it went wrong); a probe that
+#: said why it did not run (exit 127, CommandResult.failure) is "not run: …"
 ABSENT = ("not collected", "command not found")
+
+
+def absent(failure: str) -> bool:
+    """Whether a probe's failure says its evidence is absent (ABSENT, or "not run: …")."""
+    return failure in ABSENT or failure.startswith("not run: ")
 
 
 def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> StageStatus:
@@ -100,7 +106,7 @@ def _status_of(record: StageRecord, results: Mapping[str, CommandResult]) -> Sta
     if record.errors:
         return StageStatus.ERROR
     failures = [r.failure for r in results.values()]
-    if any(f is not None and f not in ABSENT for f in failures):
+    if any(f is not None and not absent(f) for f in failures):
         return StageStatus.ERROR
     if results and all(f is not None for f in failures):
         return StageStatus.NOT_COLLECTED

@@ -31,6 +31,22 @@ _NO_GPU = re.compile(
 )
 
 
+#: what kubectl adds to a remote command's stderr after it exits non-zero (not the reason)
+_KUBECTL_EXIT = re.compile(r"^command terminated with exit code \d+$")
+
+
+def own_reason(stderr: str) -> str | None:
+    """For a command that exited 127: the reason it gave itself (a runbook's probe that knows
+    it cannot run, `echo 'no pod given (--var pod=NAME)' >&2; exit 127`; a probe's `X: not
+    installed`), or None when its stderr is a shell's or env's "not found" message or empty.
+    The first such line, at most 200 characters."""
+    lines = [line.strip() for line in stderr.splitlines()[:20] if line.strip()]
+    if any(_NAMED.search(line) for line in lines):
+        return None
+    said = [line for line in lines if not _KUBECTL_EXIT.match(line)]
+    return said[0][:200] if said else None
+
+
 def program_of(command: str, default: str) -> str:
     """The program a command line runs, by its base name (the last word: a wrapper such as
     `nsenter … --` comes first)."""

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from runbook.not_run import own_reason
+
 #: Bound on what one command may return per stream; the rest is dropped and `truncated` set.
 MAX_CAPTURE_BYTES = 16 * 1024 * 1024
 
@@ -108,7 +110,9 @@ class CommandResult:
         if self.error:
             return self.error
         if self.exited == 127:
-            return "command not found"
+            # the reason a probe gave for not running, else the shell's own
+            said = own_reason(self.stderr)
+            return f"not run: {said}" if said else "command not found"
         if self.exited == 126 or (
             self.exited not in (0, None) and "Permission denied" in self.stderr
         ):

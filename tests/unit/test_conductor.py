@@ -129,6 +129,17 @@ def test_failed_probes_make_the_stage_an_error_and_the_verdict_inconclusive() ->
     assert collect_more and collect_more[0].params["stages"] == ["gpu", "memory"]
 
 
+def test_a_probe_that_said_why_it_did_not_run_is_absent_evidence_not_an_error() -> None:
+    """`echo 'no pod given (--var pod=NAME)' >&2; exit 127`: the stage's file is not
+    collected, with that reason, as for a command not found — never a stage error."""
+    conductor = Conductor(_runbook())
+    said = _result("mem.txt", exited=127, stderr="no pod given (--var pod=NAME)\n")
+    assert said.failure == "not run: no pod given (--var pod=NAME)"
+    conductor.record("memory", {"mem.txt": said}, {"keyvalue": {}})
+    assert conductor.records["memory"].status is StageStatus.NOT_COLLECTED
+    assert not conductor.records["memory"].errors
+
+
 def test_an_expression_that_fails_is_a_stage_error_and_the_walk_goes_on() -> None:
     conductor = Conductor(_runbook())
     conductor.record("gpu", {"gpu.txt": _result("gpu.txt")}, {"keyvalue": {"xid": "text"}})

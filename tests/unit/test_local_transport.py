@@ -24,6 +24,28 @@ def test_a_missing_command_is_not_collected_evidence() -> None:
     assert result.exited == 127 and result.failure == "command not found"
 
 
+@pytest.mark.parametrize(
+    ("command", "failure"),
+    [
+        # the runbook's own probe without its input: the reason it gave, not "not found"
+        ("echo 'no pod given (--var pod=NAME)' >&2; exit 127",
+         "not run: no pod given (--var pod=NAME)"),
+        ("echo 'py-spy: not installed' >&2; exit 127", "not run: py-spy: not installed"),
+        # a shell's or env's own "not found", also with kubectl's line after it
+        ("env no-such-tool-here", "command not found"),
+        ("sh -c 'no-such-tool-here' 2>&1 >/dev/null | cat >&2; "
+         "echo 'command terminated with exit code 127' >&2; exit 127", "command not found"),
+        ("echo 'command terminated with exit code 127' >&2; exit 127", "command not found"),
+        ("exit 127", "command not found"),
+    ],
+)  # fmt: skip
+def test_a_probe_that_did_not_run_says_why_when_it_said_so_itself(
+    command: str, failure: str
+) -> None:
+    result = LocalTransport().run(Probe("x.txt", command))
+    assert result.exited == 127 and result.failure == failure, result.stderr
+
+
 @pytest.mark.live
 def test_a_timeout_kills_the_whole_process_tree(tmp_path: Path) -> None:
     marker = tmp_path / "child.pid"
