@@ -39,8 +39,13 @@ def own_reason(stderr: str) -> str | None:
     """For a command that exited 127: the reason it gave itself (a runbook's probe that knows
     it cannot run, `echo 'no pod given (--var pod=NAME)' >&2; exit 127`; a probe's `X: not
     installed`), or None when its stderr is a shell's or env's "not found" message or empty.
-    The first such line, at most 200 characters."""
-    lines = [line.strip() for line in stderr.splitlines()[:20] if line.strip()]
+    The first such line, at most 200 characters; a bundle's `runbook: …` notes about the
+    read (runbook.bundle) are not the command's words."""
+    lines = [
+        line.strip()
+        for line in stderr.splitlines()[:20]
+        if line.strip() and not line.startswith("runbook: ")
+    ]
     if any(_NAMED.search(line) for line in lines):
         return None
     said = [line for line in lines if not _KUBECTL_EXIT.match(line)]

@@ -37,6 +37,9 @@ def test_a_missing_command_is_not_collected_evidence() -> None:
          "echo 'command terminated with exit code 127' >&2; exit 127", "command not found"),
         ("echo 'command terminated with exit code 127' >&2; exit 127", "command not found"),
         ("exit 127", "command not found"),
+        # a bundle's note about the read after the command's words (runbook.bundle)
+        ("printf 'ncclras: not installed\\nrunbook: command not found\\n' >&2; exit 127",
+         "not run: ncclras: not installed"),
     ],
 )  # fmt: skip
 def test_a_probe_that_did_not_run_says_why_when_it_said_so_itself(
