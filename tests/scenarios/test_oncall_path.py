@@ -430,6 +430,21 @@ def test_the_guided_run_names_the_node_as_typed_and_stops_at_the_approval_prompt
     assert f"runbook resume {t.run_dir}" in run.out, run.show()
 
 
+@pytest.mark.parametrize("sid", case("why-not-run", PROMPTED))
+def test_a_probe_that_could_not_run_without_an_input_says_which_input(
+    field_: Field, sid: str
+) -> None:
+    """No pod and no cgroup were typed: the walk shows why pod.json and the cgroup's files
+    were not collected, never "command not found" (which sent on-call looking for kubectl)."""
+    run = transcript(field_, sid).step("run")
+    lines = run.out.splitlines()
+    pod = [line for line in lines if "→ pod.json" in line]
+    assert pod and all("not run: no pod given (--var pod=NAME)" in line for line in pod), pod
+    cgroup = [line for line in lines if "→ cgroup/memory.*" in line or "→ procmem/*" in line]
+    assert len(cgroup) == 2 and all("not run: no cgroup given (--cgroup DIR" in x for x in cgroup)
+    assert "command not found" not in "\n".join(pod + cgroup)
+
+
 @pytest.mark.parametrize("sid", case("job", ["slurm"]))
 def test_a_slurm_job_is_found_on_its_login_node_and_its_node_walked_without_kubectl(
     field_: Field, sid: str
