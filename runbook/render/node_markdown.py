@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from runbook.printable import printable
+from runbook.printable import printable, shortened
 from runbook.render import markdown_text as md
 from runbook.verdict import Verdict
 
@@ -105,9 +105,9 @@ def render(verdict: Verdict) -> str:
         for entry in shown:
             where = str(entry["source"]) + (f":{entry['line']}" if entry.get("line") else "")
             mark = "**!** " if entry.get("anomaly") else ""
-            event = " ".join(str(entry["text"]).split())[:160]
+            event = shortened(" ".join(str(entry["text"]).split()), 160)
             lines.append(
-                f"| {md.cell(entry['time'])} | {md.cell(where)} | "
+                f"| {md.cell(_utc(entry['time']))} | {md.cell(where)} | "
                 f"{mark}{md.code(event, table=True)} |"
             )
         if len(timeline) > len(shown):
@@ -130,3 +130,10 @@ def render(verdict: Verdict) -> str:
             notes = "not collected: " + ", ".join(stage.not_collected)
         lines.append(f"| {md.cell(stage.id)} | {md.cell(stage.status)} | {md.cell(notes)} |")
     return printable("\n".join(lines) + "\n")
+
+
+def _utc(time: object) -> str:
+    """A timeline time as the table under "Timeline (UTC)" shows it: ending in Z, as the rest
+    of the report spells UTC (the verdict's own `+00:00` spelling is kept in its JSON)."""
+    text = str(time)
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
