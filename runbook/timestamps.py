@@ -27,6 +27,12 @@ def iso_z(ts: float | None) -> str | None:
     return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def z_spelled(text: str) -> str:
+    """An ISO 8601 time as text with UTC's `+00:00` written `Z`, as the tool writes it for
+    people (a record's own spelling is kept where it is stored)."""
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 def utc_stamp() -> str:
     """Now, UTC, compact: `20260304T104000Z`."""
     return dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

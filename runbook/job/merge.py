@@ -446,14 +446,24 @@ def statement(
     if who.startswith("rank "):
         what = "was OOM-killed" if first["cause"] == "host-memory-oom" else what
     line = f"{who} {what} at {_iso(first['when']) or 'an untimed moment'}"
-    if surfaced.get("when") and first["when"] and surfaced["when"] >= first["when"]:
-        gap = (surfaced["when"] - first["when"]).total_seconds()
-        reporter = (
-            f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
-        )
+    gap = _gap_s(first, surfaced)
+    if gap is not None:
         text = shortened(strip_log_prefix(surfaced["text"]), 100)
-        line += f", {gap:.0f} s before {reporter} on {surfaced['node']} reported {text}"
+        line += f", {gap:.0f} s before {_reporter(surfaced)} on {surfaced['node']} reported {text}"
     return line
+
+
+def _gap_s(first: Mapping[str, Any], surfaced: Mapping[str, Any]) -> float | None:
+    """Seconds from the first anomaly to the line the job surfaced as, when both have a time
+    and the surfacing came no earlier; else None."""
+    if surfaced.get("when") and first["when"] and surfaced["when"] >= first["when"]:
+        return float((surfaced["when"] - first["when"]).total_seconds())
+    return None
+
+
+def _reporter(surfaced: Mapping[str, Any]) -> str:
+    """Who reported the line the job surfaced as: its rank, else its node."""
+    return f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else str(surfaced["node"])
 
 
 def _first_anomalies(
@@ -645,12 +655,11 @@ def _unrecognized_fields(
         f"{who} logged a line no signature names, the job's first anomaly, at "
         f"{_iso(line['when']) or 'an untimed moment'}: {shortened(text, 160)}"
     )
-    if surfaced.get("when") and line["when"] and surfaced["when"] >= line["when"]:
-        gap = (surfaced["when"] - line["when"]).total_seconds()
-        reporter = (
-            f"rank {surfaced['rank']}" if surfaced.get("rank") is not None else surfaced["node"]
+    gap = _gap_s(line, surfaced)
+    if gap is not None:
+        said += (
+            f"; {gap:.0f} s later {_reporter(surfaced)} on {surfaced['node']} reported the failure"
         )
-        said += f"; {gap:.0f} s later {reporter} on {surfaced['node']} reported the failure"
     first = _first_anomaly(line, swept, clocks)
     assert first is not None
     return {

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 from runbook.printable import printable, shortened
 from runbook.render import markdown_text as md
+from runbook.timestamps import z_spelled
 from runbook.verdict import Verdict
 
 #: rows of the timeline shown (the JSON verdict keeps them all)
@@ -107,7 +108,7 @@ def render(verdict: Verdict) -> str:
             mark = "**!** " if entry.get("anomaly") else ""
             event = shortened(" ".join(str(entry["text"]).split()), 160)
             lines.append(
-                f"| {md.cell(_utc(entry['time']))} | {md.cell(where)} | "
+                f"| {md.cell(z_spelled(str(entry['time'])))} | {md.cell(where)} | "
                 f"{mark}{md.code(event, table=True)} |"
             )
         if len(timeline) > len(shown):
@@ -130,10 +131,3 @@ def render(verdict: Verdict) -> str:
             notes = "not collected: " + ", ".join(stage.not_collected)
         lines.append(f"| {md.cell(stage.id)} | {md.cell(stage.status)} | {md.cell(notes)} |")
     return printable("\n".join(lines) + "\n")
-
-
-def _utc(time: object) -> str:
-    """A timeline time as the table under "Timeline (UTC)" shows it: ending in Z, as the rest
-    of the report spells UTC (the verdict's own `+00:00` spelling is kept in its JSON)."""
-    text = str(time)
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
